@@ -1,0 +1,167 @@
+"""`MaxEntGRPOConfig`: TRL's `GRPOConfig` plus generation-robustness and MaxEnt fields, validated on creation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from trl import GRPOConfig
+
+OBJECTIVES = ("grpo", "listwise")
+
+
+def _fail(name: str, value: Any, allowed: str) -> None:
+    raise ValueError(f"{name}={value!r} is invalid: expected {allowed}.")
+
+
+@dataclass
+class MaxEntGRPOConfig(GRPOConfig):
+    """Configuration for [`MaxEntGRPOTrainer`].
+
+    Every field of TRL's `GRPOConfig` keeps its meaning (`beta` is the KL coefficient and, for the listwise objective,
+    also the weight of the reference prior in the target). The fields below add robust generation and the MaxEnt
+    listwise objective. Invalid values raise `ValueError` naming the field, the value and the allowed range.
+    """
+
+    # Generation robustness
+    generation_max_retries: int | None = field(
+        default=None,
+        metadata={
+            "help": "Retry rounds for prompts whose group came back short; each round asks the backend only for the "
+            "missing count. None: as many rounds as `num_generations`. 0: never retry."
+        },
+    )
+    generation_max_consecutive_empty_batches: int = field(
+        default=3,
+        metadata={
+            "help": "Stop with an error after this many consecutive generation batches in which every prompt group "
+            "was dropped (such batches make no parameter update)."
+        },
+    )
+    vllm_request_timeout: float = field(
+        default=600.0,
+        metadata={
+            "help": "Seconds one request to the vLLM server may take before it counts as failed and is retried "
+            "(server mode only)."
+        },
+    )
+    vllm_request_attempts: int = field(
+        default=3,
+        metadata={"help": "Attempts per vLLM server request on connection errors, timeouts and HTTP 5xx."},
+    )
+
+    # MaxEnt listwise objective
+    maxent_objective: Literal["grpo", "listwise"] = field(
+        default="grpo",
+        metadata={
+            "help": "'grpo': TRL's advantages and loss, unchanged. 'listwise': each group's advantages come from the "
+            "maximum-entropy target w = softmax((log q + beta*l_ref) / (tau + beta)), A = G*w - 1."
+        },
+    )
+    maxent_tau: float = field(
+        default=1.0,
+        metadata={"help": "Entropy temperature tau >= 0 (initial value when the tau controller is on)."},
+    )
+    maxent_q_temperature: float = field(
+        default=1.0, metadata={"help": "Temperature T_q > 0 of the reward softmax q = softmax(reward / T_q)."}
+    )
+    maxent_q_epsilon: float = field(
+        default=0.0, metadata={"help": "Smoothing epsilon in [0, 1): q = (1 - eps) * softmax(r / T_q) + eps / G."}
+    )
+    maxent_length_normalize_ref: bool = field(
+        default=True,
+        metadata={"help": "Divide the reference log-prob of a completion by its length (used when beta > 0)."},
+    )
+    maxent_mode_key: str | None = field(
+        default=None,
+        metadata={
+            "help": "Group candidates by answer so the entropy acts on distinct answers: a built-in name "
+            "('first_token', 'last_line', 'boxed') or a dotted path 'package.module:function' to a callable mapping "
+            "completion text to a hashable answer. None: candidate-level entropy."
+        },
+    )
+    maxent_mode_coverage_threshold: float = field(
+        default=1.0,
+        metadata={
+            "help": "A completion counts as correct for the maxent/mode_coverage metric when its summed reward is at "
+            "least this."
+        },
+    )
+    maxent_target_weight_entropy: float | None = field(
+        default=None,
+        metadata={
+            "help": "Target mean weight entropy (nats) the tau controller steers toward. None: tau stays fixed."
+        },
+    )
+    maxent_tau_lr: float = field(default=0.05, metadata={"help": "Step size of the log-tau controller (> 0)."})
+    maxent_tau_min: float = field(default=1e-3, metadata={"help": "Lower clamp of tau (>= 0)."})
+    maxent_tau_max: float = field(default=100.0, metadata={"help": "Upper clamp of tau (>= maxent_tau_min)."})
+    maxent_tau_warmup_steps: int = field(
+        default=0, metadata={"help": "Generation batches before the tau controller starts moving tau (>= 0)."}
+    )
+    kl_target: float | None = field(
+        default=None,
+        metadata={
+            "help": "Target KL per token for the adaptive beta controller (needs beta > 0). None: beta stays fixed."
+        },
+    )
+    kl_horizon: int = field(default=10000, metadata={"help": "Horizon (in steps) of the adaptive-KL rule (> 0)."})
+    kl_ctl_step_size: float = field(
+        default=0.2, metadata={"help": "Clip of the proportional error in the adaptive-KL rule, in (0, 1]."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._validate_generation_fields()
+        self._validate_maxent_fields()
+
+    def _validate_generation_fields(self) -> None:
+        if self.generation_max_retries is not None and self.generation_max_retries < 0:
+            _fail("generation_max_retries", self.generation_max_retries, "None or an integer >= 0")
+        if self.generation_max_consecutive_empty_batches < 1:
+            _fail(
+                "generation_max_consecutive_empty_batches",
+                self.generation_max_consecutive_empty_batches,
+                "an integer >= 1",
+            )
+        if not self.vllm_request_timeout > 0:
+            _fail("vllm_request_timeout", self.vllm_request_timeout, "a number of seconds > 0")
+        if self.vllm_request_attempts < 1:
+            _fail("vllm_request_attempts", self.vllm_request_attempts, "an integer >= 1")
+
+    def _validate_maxent_fields(self) -> None:
+        if self.maxent_objective not in OBJECTIVES:
+            _fail("maxent_objective", self.maxent_objective, f"one of {OBJECTIVES}")
+        if not (self.maxent_tau >= 0 and math.isfinite(self.maxent_tau)):
+            _fail("maxent_tau", self.maxent_tau, "a finite number >= 0")
+        if not (self.maxent_q_temperature > 0 and math.isfinite(self.maxent_q_temperature)):
+            _fail("maxent_q_temperature", self.maxent_q_temperature, "a finite number > 0")
+        if not 0 <= self.maxent_q_epsilon < 1:
+            _fail("maxent_q_epsilon", self.maxent_q_epsilon, "a number in [0, 1)")
+        if self.maxent_target_weight_entropy is not None and self.maxent_target_weight_entropy < 0:
+            _fail("maxent_target_weight_entropy", self.maxent_target_weight_entropy, "None or a number >= 0 (nats)")
+        if not self.maxent_tau_lr > 0:
+            _fail("maxent_tau_lr", self.maxent_tau_lr, "a number > 0")
+        if self.maxent_tau_min < 0:
+            _fail("maxent_tau_min", self.maxent_tau_min, "a number >= 0")
+        if self.maxent_tau_max < self.maxent_tau_min:
+            _fail("maxent_tau_max", self.maxent_tau_max, f"a number >= maxent_tau_min ({self.maxent_tau_min})")
+        if self.maxent_tau_warmup_steps < 0:
+            _fail("maxent_tau_warmup_steps", self.maxent_tau_warmup_steps, "an integer >= 0")
+        if self.kl_target is not None:
+            if not self.kl_target > 0:
+                _fail("kl_target", self.kl_target, "None or a number > 0")
+            if not self.beta > 0:
+                _fail("beta", self.beta, "a number > 0 when kl_target is set (the controller scales beta)")
+        if self.kl_horizon < 1:
+            _fail("kl_horizon", self.kl_horizon, "an integer >= 1")
+        if not 0 < self.kl_ctl_step_size <= 1:
+            _fail("kl_ctl_step_size", self.kl_ctl_step_size, "a number in (0, 1]")
+        if self.maxent_mode_key is not None:
+            from maxent_grpo.mode_keys import resolve_mode_key
+
+            try:
+                resolve_mode_key(self.maxent_mode_key)
+            except ValueError as error:
+                raise ValueError(f"maxent_mode_key={self.maxent_mode_key!r} is invalid: {error}") from error

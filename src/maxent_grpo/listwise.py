@@ -1,0 +1,154 @@
+"""Wire the MaxEnt listwise objective (`objective.py`) into a GRPO generation batch.
+
+The listwise advantages are computed once per rollout batch, on the gathered batch of every process (groups may
+straddle processes), from the same rewards TRL just computed, and frozen for the update exactly like TRL's
+advantages. Dropped rows and unscorable rows are invalid candidates (weight 0, advantage 0).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+from accelerate.utils import gather_object
+
+from maxent_grpo.config import MaxEntGRPOConfig
+from maxent_grpo.mode_keys import ModeKey, assign_mode_ids, mode_coverage, resolve_mode_key
+from maxent_grpo.objective import BetaController, TauController, compute_listwise
+
+if TYPE_CHECKING:
+    from maxent_grpo.trainer import MaxEntGRPOTrainer
+
+
+class ListwiseObjective:
+    """Listwise advantages plus the tau and beta controllers of one training run."""
+
+    def __init__(
+        self,
+        tau: TauController,
+        beta: BetaController,
+        *,
+        q_temperature: float,
+        q_epsilon: float,
+        length_normalize_ref: bool,
+        mode_key: ModeKey | None,
+        coverage_threshold: float,
+    ) -> None:
+        self.tau = tau
+        self.beta = beta
+        self.q_temperature = q_temperature
+        self.q_epsilon = q_epsilon
+        self.length_normalize_ref = length_normalize_ref
+        self.mode_key = mode_key
+        self.coverage_threshold = coverage_threshold
+        self._kl_values_seen = 0
+
+    @classmethod
+    def from_config(cls, args: MaxEntGRPOConfig) -> ListwiseObjective:
+        tau = TauController(
+            args.maxent_tau,
+            args.maxent_target_weight_entropy,
+            args.maxent_tau_lr,
+            args.maxent_tau_min,
+            args.maxent_tau_max,
+            args.maxent_tau_warmup_steps,
+        )
+        beta = BetaController(args.beta, args.kl_target, args.kl_horizon, args.kl_ctl_step_size)
+        return cls(
+            tau,
+            beta,
+            q_temperature=args.maxent_q_temperature,
+            q_epsilon=args.maxent_q_epsilon,
+            length_normalize_ref=args.maxent_length_normalize_ref,
+            mode_key=resolve_mode_key(args.maxent_mode_key),
+            coverage_threshold=args.maxent_mode_coverage_threshold,
+        )
+
+    def advantages(self, trainer: MaxEntGRPOTrainer, output: dict[str, Any], mode: str) -> torch.Tensor:
+        """Return this process's listwise advantages [B] for the batch TRL just scored, and log/steer."""
+        accelerator = trainer.accelerator
+        group_size = trainer.num_generations if mode == "train" else trainer.num_generations_eval
+        rewards_per_func = trainer._last_rewards_per_func
+        weights = trainer.reward_weights.to(rewards_per_func.device)
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        valid = ~unscorable
+        if trainer._global_row_keep is not None:
+            valid &= trainer._global_row_keep.to(valid.device)
+
+        beta = trainer.beta
+        ref_term = None
+        if beta > 0 and output.get("ref_per_token_logps") is not None:
+            mask = output["completion_mask"] * output.get("tool_mask", 1)
+            ref_sum = (output["ref_per_token_logps"] * mask).sum(dim=1)
+            local_ref = ref_sum / mask.sum(dim=1).clamp(min=1) if self.length_normalize_ref else ref_sum
+            ref_term = accelerator.gather(local_ref.float()).view(-1, group_size)
+
+        keys = None
+        mode_ids = None
+        if self.mode_key is not None:
+            local_keys = [
+                self.mode_key(text, ids)
+                for text, ids in zip(trainer._last_completion_texts, trainer._last_completion_ids, strict=True)
+            ]
+            flat_keys = gather_object(local_keys)
+            keys = [flat_keys[i : i + group_size] for i in range(0, len(flat_keys), group_size)]
+            mode_ids = assign_mode_ids(keys).to(rewards.device)
+
+        result = compute_listwise(
+            rewards.view(-1, group_size),
+            tau=self.tau.tau,
+            q_temperature=self.q_temperature,
+            q_epsilon=self.q_epsilon,
+            beta=beta if ref_term is not None else 0.0,
+            ref_term=ref_term,
+            mode_ids=mode_ids,
+            valid=valid.view(-1, group_size),
+        )
+        advantages = result.advantages.reshape(-1).to(rewards.device)
+        groups_with_data = valid.view(-1, group_size).any(dim=1)
+        metrics = trainer._metrics[mode]
+        metrics["maxent/tau"].append(self.tau.tau)
+        metrics["maxent/beta"].append(float(beta))
+        if bool(groups_with_data.any()):
+            entropy = result.entropy[groups_with_data].mean().item()
+            metrics["maxent/weight_entropy"].append(entropy)
+            if keys is not None:
+                kept_keys = [group for group, ok in zip(keys, groups_with_data.tolist(), strict=True) if ok]
+                kept_rewards = torch.nan_to_num(rewards.view(-1, group_size)[groups_with_data], nan=-math.inf)
+                metrics["maxent/mode_coverage"].append(mode_coverage(kept_keys, kept_rewards, self.coverage_threshold))
+            if mode == "train":
+                self.tau.update(entropy)
+        if mode == "train":
+            self._step_beta(trainer)
+
+        # The completions table shows the advantages that train: replace the GRPO ones TRL just logged.
+        logged = trainer._logs["advantages"]
+        for _ in range(min(len(advantages), len(logged))):
+            logged.pop()
+        logged.extend(advantages.tolist())
+        num_local = len(trainer._last_completion_texts)
+        start = accelerator.process_index * num_local
+        return advantages[start : start + num_local]
+
+    def _step_beta(self, trainer: MaxEntGRPOTrainer) -> None:
+        """Feed the KL measured by TRL's loss since the last batch to the beta controller."""
+        if self.beta.kl_target is None:
+            return
+        values = trainer._metrics["train"].get("kl", [])
+        if len(values) < self._kl_values_seen:  # the metrics were flushed by a log call
+            self._kl_values_seen = 0
+        fresh = [v for v in values[self._kl_values_seen :] if math.isfinite(v)]
+        self._kl_values_seen = len(values)
+        if fresh:
+            trainer.beta = self.beta.update(sum(fresh) / len(fresh), n_steps=1)
+
+    def state_dict(self, trainer: MaxEntGRPOTrainer) -> dict[str, Any]:
+        return {"tau": self.tau.state_dict(), "beta": self.beta.state_dict(), "trainer_beta": trainer.beta}
+
+    def load_state_dict(self, trainer: MaxEntGRPOTrainer, state: dict[str, Any]) -> None:
+        self.tau.load_state_dict(state["tau"])
+        self.beta.load_state_dict(state["beta"])
+        trainer.beta = float(state["trainer_beta"])

@@ -1,0 +1,45 @@
+"""The contract every generation backend fulfils, and the completion type it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One sampled completion of one prompt, exactly as the backend produced it.
+
+    Attributes:
+        text: decoded completion text (special tokens skipped).
+        prompt_ids: the prompt token ids the backend really conditioned on (it may truncate or re-tokenize). Shape [P].
+        completion_ids: sampled token ids, EOS included when generation stopped on it. Shape [C].
+        logprobs: per-token log-probabilities of ``completion_ids`` under the sampler, or None. Shape [C].
+        failed: True when the backend knows this completion is unusable (it counts as missing and is retried).
+    """
+
+    text: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float] | None = None
+    failed: bool = False
+
+    def to_trl_payload(self) -> dict[str, Any]:
+        """Return the token-level payload in the shape TRL's ``_generate`` produces for one row."""
+        return {"prompt_ids": self.prompt_ids, "completion_ids": self.completion_ids, "logprobs": self.logprobs}
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """Anything that turns unique prompts and per-prompt counts into grouped completions.
+
+    ``generate(prompts, counts)`` receives TRL prompts (text or chat messages), one per unique prompt, and how many
+    completions each still needs. It returns one list per prompt, aligned with ``prompts``. A group may be shorter than
+    asked (the missing slots are retried), never longer (extra completions are trimmed). Raising makes every slot of
+    the call missing for this round.
+
+    A backend may also define ``sync_weights(model)``; the trainer calls it whenever the training weights changed.
+    """
+
+    def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]: ...

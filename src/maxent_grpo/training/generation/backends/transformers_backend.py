@@ -1,0 +1,50 @@
+"""`TransformersBackend`: completions from the training model's own `generate`, through TRL's code path."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from maxent_grpo.training.generation.backends.protocol import Completion
+
+if TYPE_CHECKING:
+    from trl import GRPOTrainer
+
+
+class TransformersBackend:
+    """Generate with the model being trained, exactly as TRL 1.16's `GRPOTrainer` does without vLLM.
+
+    Prompts are tokenized by the trainer's `_tokenize_prompts` and sampled by its `_generate_single_turn` (left
+    padding, the trainer's generation config, everything after the first EOS masked, DeepSpeed/FSDP unwrapping), so
+    with the same seed and the same rows it returns token-for-token what stock `GRPOTrainer` generates. Each unique
+    prompt is repeated ``counts[i]`` times in one batched `generate` call. It reuses TRL's private methods on purpose:
+    they are the reference behaviour this backend must match, and TRL is pinned to 1.16.x.
+    """
+
+    def __init__(self, trainer: GRPOTrainer) -> None:
+        if trainer.use_vllm:
+            raise ValueError("TransformersBackend generates with the training model; the trainer has use_vllm=True.")
+        self._trainer = trainer
+
+    def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
+        rows = [prompt for prompt, count in zip(prompts, counts, strict=True) for _ in range(count)]
+        groups: list[list[Completion]] = [[] for _ in prompts]
+        if not rows:
+            return groups
+        trainer = self._trainer
+        prompt_ids, images, multimodal_fields = trainer._tokenize_prompts(rows)
+        completion_ids, logprobs = trainer._generate_single_turn(prompt_ids, images, multimodal_fields, max(counts))
+        texts = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+        row = 0
+        for index, count in enumerate(counts):
+            for _ in range(count):
+                groups[index].append(
+                    Completion(
+                        text=texts[row],
+                        prompt_ids=list(prompt_ids[row]),
+                        completion_ids=list(completion_ids[row]),
+                        logprobs=None if logprobs is None else list(logprobs[row]),
+                    )
+                )
+                row += 1
+        return groups

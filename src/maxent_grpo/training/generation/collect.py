@@ -1,0 +1,156 @@
+"""Turn what a backend returns into complete completion groups: first call, retries, trimming, drop decisions.
+
+This is the per-process half of the trainer's generation step, in pure Python (no torch) so it can be tested on its
+own. It asks the backend once for every prompt, then runs the seed helpers (`retry_incomplete_prompts`,
+`truncate_to_expected_counts`, `drop_empty_prompt_groups`, `drop_incomplete_prompt_groups`) on each bucket of prompts
+that expect the same count (a process holds at most three: the tail of a group that started on the previous process,
+whole groups, and the head of a group that continues on the next one).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from maxent_grpo.training.generation.backends.protocol import Completion, GenerationBackend
+from maxent_grpo.training.generation.helpers import (
+    AggregatedGenerationState,
+    append_completion_group,
+    drop_empty_prompt_groups,
+    drop_incomplete_prompt_groups,
+    retry_incomplete_prompts,
+    seed_generation_groups,
+    truncate_to_expected_counts,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Returns why a completion is unusable, or None when it is fine.
+CompletionCheck = Callable[[Completion], str | None]
+
+STAT_KEYS = ("retried_prompts", "retry_rounds", "dropped_prompts", "invalid_completions", "backend_errors")
+
+
+@dataclass
+class CollectedGroups:
+    """Outcome of collecting completions for one process's prompts.
+
+    Attributes:
+        groups: per requested prompt, its completions (exactly ``counts[i]`` when complete). len = num prompts.
+        complete: per requested prompt, whether its group reached the requested count. len = num prompts.
+        stats: counters named in `STAT_KEYS` (retried prompts, retry rounds, locally dropped prompts, invalid
+            completions discarded, backend calls that raised).
+        reasons: human-readable causes seen while collecting (backend errors, invalid completions), for logs.
+    """
+
+    groups: list[list[Completion]]
+    complete: list[bool]
+    stats: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAT_KEYS, 0))
+    reasons: list[str] = field(default_factory=list)
+
+
+class _BackendCaller:
+    """Calls the backend, turning its failures into missing slots and filtering unusable completions."""
+
+    def __init__(self, backend: GenerationBackend, check: CompletionCheck, result: CollectedGroups) -> None:
+        self.backend = backend
+        self.check = check
+        self.result = result
+
+    def __call__(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
+        try:
+            returned = self.backend.generate(list(prompts), list(counts))
+        except Exception as error:  # the protocol: any backend failure makes every slot of the call missing
+            self.result.stats["backend_errors"] += 1
+            self.result.reasons.append(f"backend raised {type(error).__name__}: {error}")
+            logger.warning(
+                "Generation backend raised %s: %s; its %d prompts are retried.",
+                type(error).__name__,
+                error,
+                len(prompts),
+                exc_info=logger.isEnabledFor(logging.DEBUG),
+            )
+            return [[] for _ in prompts]
+        if len(returned) != len(prompts):
+            raise ValueError(
+                f"Generation backend {type(self.backend).__name__} returned {len(returned)} groups for "
+                f"{len(prompts)} prompts; a backend must return exactly one (possibly short) group per prompt."
+            )
+        groups = []
+        for group, count in zip(returned, counts, strict=True):
+            kept = []
+            for completion in group[:count]:
+                problem = self.check(completion)
+                if problem is None:
+                    kept.append(completion)
+                else:
+                    self.result.stats["invalid_completions"] += 1
+                    self.result.reasons.append(problem)
+            groups.append(kept)
+        return groups
+
+    def as_retry_generator(self) -> Callable[..., tuple[list[list[str]], list[list[Any]]]]:
+        """Adapt to the helpers' generator signature ``(prompts, expected, counts) -> (texts, metadata)``."""
+
+        def generate(
+            prompts: list[Any], expected: int, counts: list[int] | None = None
+        ) -> tuple[list[list[str]], list[list[Any]]]:
+            groups = self(prompts, counts if counts is not None else [expected] * len(prompts))
+            return [[c.text for c in group] for group in groups], [list(group) for group in groups]
+
+        return generate
+
+
+def collect_completion_groups(
+    backend: GenerationBackend,
+    prompts: Sequence[Any],
+    counts: Sequence[int],
+    *,
+    max_retry_rounds: int | None,
+    check: CompletionCheck,
+) -> CollectedGroups:
+    """Ask ``backend`` for ``counts[i]`` completions of each ``prompts[i]`` and return complete groups where possible.
+
+    Guarantees: ``groups[i]`` only ever holds completions the backend produced for ``prompts[i]`` (never another
+    prompt's); no group is longer than ``counts[i]``; a completion rejected by ``check`` counts as missing; a prompt
+    still short after the retries is marked incomplete (its partial group is kept for inspection, not for training).
+    ``max_retry_rounds=0`` disables retries; None lets the helpers choose (one round per expected completion).
+    """
+    if len(prompts) != len(counts):
+        raise ValueError(f"Got {len(prompts)} prompts but {len(counts)} counts.")
+    result = CollectedGroups(groups=[], complete=[])
+    caller = _BackendCaller(backend, check, result)
+    texts, metadata = seed_generation_groups(len(prompts), None, None)
+    for index, group in enumerate(caller(prompts, counts)):
+        metadata = append_completion_group(texts, metadata, index, [c.text for c in group], list(group))
+
+    complete = [False] * len(prompts)
+    for expected in sorted(set(counts)):
+        indices = [i for i, count in enumerate(counts) if count == expected]
+        state = AggregatedGenerationState([texts[i] for i in indices], [metadata[i] for i in indices])
+        if max_retry_rounds != 0:
+            state = retry_incomplete_prompts(
+                [prompts[i] for i in indices],
+                caller.as_retry_generator(),
+                expected,
+                state,
+                max_retry_rounds,
+                generation_stats=result.stats,
+            )
+        bucket_texts, bucket_meta, _ = truncate_to_expected_counts(state.completions, state.metadata, expected)
+        survivors, _, kept_texts, kept_meta = drop_empty_prompt_groups(
+            list(indices), list(indices), bucket_texts, bucket_meta, result.stats
+        )
+        survivors, _, _, _, _ = drop_incomplete_prompt_groups(
+            survivors, list(survivors), kept_texts, kept_meta, expected, result.stats
+        )
+        for position, index in enumerate(indices):
+            texts[index], metadata[index] = bucket_texts[position], bucket_meta[position]
+        for index in survivors:
+            complete[index] = True
+
+    result.groups = [[c for c in group if c is not None] for group in metadata]
+    result.complete = complete
+    return result

@@ -1,0 +1,90 @@
+"""Map a process's rows to prompt groups and back: which rows form one request, and the rows TRL receives.
+
+TRL's `RepeatSampler` lays the global generation batch out as G consecutive rows per prompt, and the dataloader hands
+process p the rows ``[p*B, (p+1)*B)``. So global row ``p*B + i`` belongs to group ``(p*B + i) // G``, and a group may
+straddle two (or more) processes. Each process asks its backend once per *run*: its consecutive rows of one group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from maxent_grpo.training.generation.backends.protocol import Completion
+
+
+def local_runs(num_rows: int, row_offset: int, group_size: int) -> list[range]:
+    """Split local rows ``0..num_rows-1`` into runs of rows that belong to the same global group.
+
+    ``row_offset`` is the global index of local row 0 (``process_index * num_rows``).
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size={group_size!r} is invalid: expected an integer >= 1.")
+    runs = []
+    start = 0
+    while start < num_rows:
+        group_end = ((row_offset + start) // group_size + 1) * group_size - row_offset
+        stop = min(group_end, num_rows)
+        runs.append(range(start, stop))
+        start = stop
+    return runs
+
+
+@dataclass
+class GeneratedRows:
+    """Per-row generation output in TRL 1.16's `_generate` layout (B = local rows).
+
+    Attributes:
+        prompt_ids: ids the backend conditioned on, [B][P_i].
+        completion_ids: sampled ids, [B][C_i]; a dropped row holds a one-token placeholder.
+        texts: decoded completions, [B]; "" for dropped rows.
+        logprobs: sampler log-probs [B][C_i], or None when any kept row lacks them.
+        keep: whether the row is data, [B]; False rows never reach rewards or the loss.
+    """
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    texts: list[str]
+    logprobs: list[list[float]] | None
+    keep: list[bool]
+
+
+def assemble_rows(
+    runs: Sequence[range],
+    groups: Sequence[Sequence[Completion]],
+    keep: Sequence[bool],
+    *,
+    placeholder_prompt_id: int,
+    placeholder_completion_id: int,
+) -> GeneratedRows:
+    """Lay the runs' completions out row by row; rows with ``keep[i] = False`` get placeholders.
+
+    A kept row's run must hold one completion per row (the caller only keeps complete groups). The k-th row of a run
+    receives the run's k-th completion, so every row's ids, text and log-probs come from its own prompt's group.
+    """
+    num_rows = sum(len(run) for run in runs)
+    if len(keep) != num_rows:
+        raise ValueError(f"keep has {len(keep)} entries for {num_rows} rows.")
+    prompt_ids: list[list[int]] = []
+    completion_ids: list[list[int]] = []
+    texts: list[str] = []
+    logprobs: list[list[float] | None] = []
+    for run, group in zip(runs, groups, strict=True):
+        fallback_prompt = list(group[0].prompt_ids) if group else [placeholder_prompt_id]
+        for position, row in enumerate(run):
+            if keep[row]:
+                if position >= len(group):
+                    raise ValueError(f"Row {row} is kept but its group holds only {len(group)} completions.")
+                completion = group[position]
+                prompt_ids.append(list(completion.prompt_ids))
+                completion_ids.append(list(completion.completion_ids))
+                texts.append(completion.text)
+                logprobs.append(None if completion.logprobs is None else list(completion.logprobs))
+            else:
+                prompt_ids.append(fallback_prompt)
+                completion_ids.append([placeholder_completion_id])
+                texts.append("")
+                logprobs.append([0.0])
+    kept_logprobs = [lp for lp, k in zip(logprobs, keep, strict=True) if k]
+    all_logprobs = None if any(lp is None for lp in kept_logprobs) else logprobs
+    return GeneratedRows(prompt_ids, completion_ids, texts, all_logprobs, list(keep))  # type: ignore[arg-type]

@@ -1,0 +1,99 @@
+"""Keep dropped rows away from reward functions.
+
+TRL calls every reward function on every row of the batch. A dropped row is not data (invariant I3), so each callable
+reward function is wrapped: it is called with the kept rows only (every per-row keyword argument sliced alike, and
+`log_extra` values scattered back to full rows) and reports `None` for the dropped ones, which TRL turns into NaN and
+treats as unscorable (no baseline contribution, advantage 0).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from trl.trainer.utils import is_async_callable
+
+KeepProvider = Callable[[], Sequence[bool] | None]
+
+
+def _split(keep: Sequence[bool] | None, num_rows: int) -> list[int] | None:
+    """Indices of kept rows, or None when every row is kept."""
+    if keep is None or all(keep):
+        return None
+    if len(keep) != num_rows:
+        raise RuntimeError(f"Reward function called with {num_rows} rows but the generation step kept {len(keep)}.")
+    return [i for i, k in enumerate(keep) if k]
+
+
+def _subset_kwargs(kwargs: dict[str, Any], kept: list[int], num_rows: int) -> dict[str, Any]:
+    subset = {}
+    for key, value in kwargs.items():
+        if key == "log_extra" and callable(value):
+            subset[key] = _scatter_log_extra(value, kept, num_rows)
+        elif isinstance(value, list) and len(value) == num_rows:
+            subset[key] = [value[i] for i in kept]
+        else:
+            subset[key] = value
+    return subset
+
+
+def _scatter_log_extra(log_extra: Callable[[str, list], None], kept: list[int], num_rows: int) -> Callable:
+    def log_full_rows(column: str, values: list) -> None:
+        full: list[Any] = [None] * num_rows
+        for index, value in zip(kept, values, strict=True):
+            full[index] = value
+        log_extra(column, full)
+
+    return log_full_rows
+
+
+def _scatter(values: Sequence[Any], kept: list[int], num_rows: int) -> list[Any]:
+    if len(values) != len(kept):
+        raise ValueError(f"Reward function returned {len(values)} rewards for {len(kept)} rows.")
+    full: list[Any] = [None] * num_rows
+    for index, value in zip(kept, values, strict=True):
+        full[index] = value
+    return full
+
+
+def mask_dropped_rows(reward_func: Callable, keep: KeepProvider) -> Callable:
+    """Wrap ``reward_func`` so it never sees rows that ``keep()`` marks as dropped (sync and async functions)."""
+
+    if is_async_callable(reward_func):
+
+        @functools.wraps(reward_func)
+        async def async_wrapper(prompts: list, completions: list, completion_ids: list, **kwargs: Any) -> list:
+            kept = _split(keep(), len(prompts))
+            if kept is None:
+                return await reward_func(
+                    prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs
+                )
+            if not kept:
+                return [None] * len(prompts)
+            values = await reward_func(
+                prompts=[prompts[i] for i in kept],
+                completions=[completions[i] for i in kept],
+                completion_ids=[completion_ids[i] for i in kept],
+                **_subset_kwargs(kwargs, kept, len(prompts)),
+            )
+            return _scatter(values, kept, len(prompts))
+
+        return async_wrapper
+
+    @functools.wraps(reward_func)
+    def wrapper(prompts: list, completions: list, completion_ids: list, **kwargs: Any) -> list:
+        kept = _split(keep(), len(prompts))
+        if kept is None:
+            return reward_func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+        if not kept:
+            return [None] * len(prompts)
+        values = reward_func(
+            prompts=[prompts[i] for i in kept],
+            completions=[completions[i] for i in kept],
+            completion_ids=[completion_ids[i] for i in kept],
+            **_subset_kwargs(kwargs, kept, len(prompts)),
+        )
+        return _scatter(values, kept, len(prompts))
+
+    return wrapper

@@ -1,0 +1,45 @@
+"""Small builders for tests that really train the tiny model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+
+from maxent_grpo import MaxEntGRPOConfig
+from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
+
+
+def tiny_config(output_dir: Path | str, config_class: type = MaxEntGRPOConfig, **overrides: Any):
+    """A CPU config for a few quick steps: 4 rows per device, groups of 4, 8-token completions."""
+    fields: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "per_device_train_batch_size": 4,
+        "num_generations": 4,
+        "max_completion_length": 8,
+        "max_steps": 2,
+        "learning_rate": 1e-2,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "use_cpu": True,
+        "seed": 0,
+        "dataloader_num_workers": 0,
+        "disable_tqdm": True,
+    }
+    fields.update(overrides)
+    return config_class(**fields)
+
+
+def tiny_model_and_tokenizer(seed: int = 0):
+    tokenizer = build_tiny_tokenizer()
+    return build_tiny_model(tokenizer, seed=seed), tokenizer
+
+
+def letter_dataset(num_prompts: int = 8, with_answers: bool = True) -> Dataset:
+    """Prompts "p<i>:" with an answer column naming the prompt index, so alignment can be checked."""
+    data: dict[str, list] = {"prompt": [f"p{i}:" for i in range(num_prompts)]}
+    if with_answers:
+        data["answer"] = [f"p{i}" for i in range(num_prompts)]
+    return Dataset.from_dict(data)
