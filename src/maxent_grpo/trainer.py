@@ -25,7 +25,7 @@ from maxent_grpo.training.generation.backends import (
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.collect import STAT_KEYS, collect_completion_groups
 from maxent_grpo.training.generation.rows import assemble_rows, local_runs
-from maxent_grpo.training.reward_masking import mask_dropped_rows
+from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning
 
 logger = logging.getLogger(__name__)
 
@@ -261,10 +261,21 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------------------------------------ rewards
     def _calculate_rewards(self, inputs: list, prompts: list, completions: list, completion_ids_list: list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self._global_row_keep is not None and not bool(self._global_row_keep.all()):
+        keep = self._global_row_keep
+        if keep is None or bool(keep.all()):
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        else:
+            with silence_unscorable_warning():
+                rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            keep = keep.to(rewards_per_func.device)
+            unscorable_kept = torch.isnan(rewards_per_func).all(dim=1) & keep
+            if bool(unscorable_kept.any()):
+                logger.warning(
+                    "Every reward function returned None for %d kept completions; they are treated as unscorable.",
+                    int(unscorable_kept.sum()),
+                )
             # Reward models (nn.Module) score every row; a dropped row is not data, whatever they returned.
-            rewards_per_func[~self._global_row_keep.to(rewards_per_func.device)] = torch.nan
+            rewards_per_func[~keep] = torch.nan
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 

@@ -8,8 +8,10 @@ treats as unscorable (no baseline contribution, advantage 0).
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from trl.trainer.utils import is_async_callable
@@ -97,3 +99,22 @@ def mask_dropped_rows(reward_func: Callable, keep: KeepProvider) -> Callable:
         return _scatter(values, kept, len(prompts))
 
     return wrapper
+
+
+class _UnscorableRowFilter(logging.Filter):
+    """Drops TRL's "All reward functions returned None" warning, which dropped rows would trigger every batch."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "All reward functions returned None" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def silence_unscorable_warning() -> Iterator[None]:
+    """Silence TRL's unscorable-row warning while dropped rows (which score None by design) are being scored."""
+    trl_logger = logging.getLogger("trl.trainer.grpo_trainer")
+    row_filter = _UnscorableRowFilter()
+    trl_logger.addFilter(row_filter)
+    try:
+        yield
+    finally:
+        trl_logger.removeFilter(row_filter)

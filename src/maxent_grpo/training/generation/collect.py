@@ -122,9 +122,10 @@ def collect_completion_groups(
         raise ValueError(f"Got {len(prompts)} prompts but {len(counts)} counts.")
     result = CollectedGroups(groups=[], complete=[])
     caller = _BackendCaller(backend, check, result)
-    texts, metadata = seed_generation_groups(len(prompts), None, None)
+    texts, seeded_meta = seed_generation_groups(len(prompts), None, [[] for _ in prompts])
+    metadata: list[list[Any]] = seeded_meta if seeded_meta is not None else [[] for _ in prompts]
     for index, group in enumerate(caller(prompts, counts)):
-        metadata = append_completion_group(texts, metadata, index, [c.text for c in group], list(group))
+        metadata = append_completion_group(texts, metadata, index, [c.text for c in group], list(group)) or metadata
 
     complete = [False] * len(prompts)
     for expected in sorted(set(counts)):

@@ -1,0 +1,83 @@
+"""Run under `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo): the alignment probe across processes.
+
+Each process holds 6 rows and groups have 4, so the middle group of every generation batch straddles the two
+processes. Usage: probe_train.py OUTPUT_DIR MODE, MODE "straddle" (process 1 never completes its part of the straddling
+group, no retries) or "faults" (random faults with retries, listwise objective). Each process writes rank<r>.json.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from maxent_grpo import MaxEntGRPOTrainer
+from tests.integration.test_alignment_probe import AlignmentReward
+from tests.support.tagged_backend import TaggedBackend
+from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
+
+
+class RecordingTrainer(MaxEntGRPOTrainer):
+    """Records, per generation batch, the local and global keep masks this process computed."""
+
+    def _generate(self, prompts):
+        result = super()._generate(prompts)
+        self.records.append(
+            {"prompts": list(prompts), "keep": list(self._row_keep), "global_keep": self._global_row_keep.tolist()}
+        )
+        return result
+
+
+def main() -> None:
+    output_dir, mode = Path(sys.argv[1]), sys.argv[2]
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = tiny_config(
+        output_dir,
+        per_device_train_batch_size=6,
+        num_generations=4,
+        max_steps=4,
+        generation_max_retries=0 if mode == "straddle" else 2,
+        generation_max_consecutive_empty_batches=4,
+        maxent_objective="listwise" if mode == "faults" else "grpo",
+        maxent_mode_key="first_token" if mode == "faults" else None,
+    )
+    reward = AlignmentReward()
+    trainer = RecordingTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=letter_dataset(24),
+        processing_class=tokenizer,
+        generation_backend=None,
+    )
+    rank = trainer.accelerator.process_index
+    if mode == "straddle":
+        backend = TaggedBackend(tokenizer, empty_positions=frozenset({0}) if rank == 1 else frozenset(), seed=rank)
+    else:
+        backend = TaggedBackend(
+            tokenizer, slot_failure_rate=0.3, short_group_rate=0.3, oov_rate=0.05, raise_rate=0.05, seed=rank
+        )
+    trainer.generation_backend = backend
+    trainer.records = []
+    trainer.train()
+    checksum = sum(p.detach().double().sum().item() for p in trainer.model.parameters())
+    logs = [
+        {k: v for k, v in entry.items() if k.startswith(("generation/", "loss", "maxent/"))}
+        for entry in trainer.state.log_history
+    ]
+    out = {
+        "rank": rank,
+        "world_size": trainer.accelerator.num_processes,
+        "records": trainer.records,
+        "rows_seen": reward.rows_seen,
+        "checksum": checksum,
+        "logs": logs,
+        "finite_params": all(torch.isfinite(p).all().item() for p in trainer.model.parameters()),
+    }
+    (output_dir / f"rank{rank}.json").write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

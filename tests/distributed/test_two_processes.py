@@ -1,0 +1,61 @@
+"""Two real gloo processes (accelerate launch on CPU): groups straddle processes, drops agree, nothing misaligned."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _launch(tmp_path: Path, mode: str) -> list[dict]:
+    accelerate = shutil.which("accelerate")
+    assert accelerate is not None, "the accelerate CLI is a dependency of this package"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    command = [
+        accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
+        "no", "--dynamo_backend", "no", "--main_process_port", "0",
+        str(ROOT / "tests" / "distributed" / "probe_train.py"), str(tmp_path), mode,
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    return ranks
+
+
+def test_straddling_group_dropped_on_both_processes(tmp_path):
+    rank0, rank1 = _launch(tmp_path, "straddle")
+    assert len(rank0["records"]) == len(rank1["records"]) == 4
+    for record0, record1 in zip(rank0["records"], rank1["records"], strict=True):
+        assert record0["global_keep"] == record1["global_keep"]
+        # Rows 0-3: group 0 (process 0 only); rows 4-7: the straddling group; rows 8-11: group 2 (process 1 only).
+        assert record0["global_keep"] == [True] * 4 + [False] * 4 + [True] * 4
+        # Process 0 received its half of the straddling group complete, and still dropped it.
+        assert record0["keep"] == [True] * 4 + [False] * 2
+        assert record1["keep"] == [False] * 2 + [True] * 4
+        assert record0["prompts"][4] == record1["prompts"][0]  # the same prompt on both sides
+    assert rank0["rows_seen"] == rank1["rows_seen"] == 4 * 4  # one whole group per process per step
+    assert [e["generation/dropped_prompts"] for e in rank0["logs"] if "generation/dropped_prompts" in e] == [1.0] * 4
+    assert rank0["checksum"] == pytest.approx(rank1["checksum"], abs=1e-9)  # DDP kept the replicas equal
+
+
+def test_random_faults_listwise_two_processes(tmp_path):
+    rank0, rank1 = _launch(tmp_path, "faults")
+    for record0, record1 in zip(rank0["records"], rank1["records"], strict=True):
+        assert record0["global_keep"] == record1["global_keep"]
+        assert record0["keep"] == record0["global_keep"][:6] and record1["keep"] == record1["global_keep"][6:]
+        for start in range(0, 12, 4):
+            assert len(set(record0["global_keep"][start : start + 4])) == 1
+    assert rank0["finite_params"] and rank1["finite_params"]
+    assert rank0["checksum"] == pytest.approx(rank1["checksum"], abs=1e-9)
+    logs = [e for e in rank0["logs"] if "generation/retried_prompts" in e]
+    assert sum(e["generation/retried_prompts"] for e in logs) > 0
+    assert all("maxent/tau" in e for e in logs)
