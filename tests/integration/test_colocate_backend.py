@@ -1,0 +1,89 @@
+"""VLLMColocateBackend over an engine with vLLM's generate interface that really samples with the tiny model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from datasets import Dataset
+
+from maxent_grpo import MaxEntGRPOTrainer, VLLMColocateBackend
+from tests.support.tiny_vllm_engine import TinyLLM
+from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
+
+pytestmark = pytest.mark.slow
+
+
+def test_backend_returns_engine_prompt_ids_counts_and_sampled_logprobs():
+    model, tokenizer = tiny_model_and_tokenizer()
+    engine = TinyLLM(model, tokenizer)
+    backend = VLLMColocateBackend(engine, tokenizer, max_tokens=6)
+    chat = [{"role": "user", "content": "hi"}]
+    groups = backend.generate(["p1:", "p22:"], [3, 0])
+    assert [len(g) for g in groups] == [3, 0]
+    assert engine.requests == [3]  # one request per prompt with n = its count, none for a zero count
+    for completion in groups[0]:
+        assert completion.prompt_ids == tokenizer("p1:")["input_ids"]
+        assert 1 <= len(completion.completion_ids) <= 6
+        assert completion.logprobs is not None and len(completion.logprobs) == len(completion.completion_ids)
+        assert all(lp <= 0 and math.isfinite(lp) for lp in completion.logprobs)
+        assert completion.text == tokenizer.decode(completion.completion_ids, skip_special_tokens=True)
+    (chat_group,) = backend.generate([chat], [2])
+    expected = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=True)
+    assert chat_group[0].prompt_ids == list(expected["input_ids"])
+
+
+def test_training_through_colocate_engine_syncs_weights(tmp_path):
+    model, tokenizer = tiny_model_and_tokenizer()
+    engine = TinyLLM(model, tokenizer)
+    initial = {n: p.clone() for n, p in engine.model.named_parameters()}
+    backend = VLLMColocateBackend(engine, tokenizer, max_tokens=8)
+    seen = []
+
+    def reward(prompts, completions, answer, **kwargs):
+        seen.extend(zip(prompts, answer, strict=True))
+        return [float(len(c)) for c in completions]
+
+    trainer = MaxEntGRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=tiny_config(tmp_path, max_steps=3, per_device_train_batch_size=8),
+        train_dataset=letter_dataset(8),
+        processing_class=tokenizer,
+        generation_backend=backend,
+    )
+    trainer.train()
+    assert engine.weight_loads == 3  # once per new global step before generating
+    assert all(p == a + ":" for p, a in seen)
+    changed = [n for n, p in engine.model.named_parameters() if not torch.equal(p, initial[n])]
+    assert changed, "the engine never received the trained weights"
+    # After a final sync, the engine holds exactly the trained weights.
+    backend.sync_weights(trainer.model)
+    for name, param in trainer.model.named_parameters():
+        assert torch.equal(dict(engine.model.named_parameters())[name], param.detach())
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    assert losses and all(math.isfinite(v) for v in losses)
+
+
+def test_conversational_dataset(tmp_path):
+    model, tokenizer = tiny_model_and_tokenizer()
+    backend = VLLMColocateBackend(TinyLLM(model, tokenizer), tokenizer, max_tokens=4)
+    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"q{i}"}] for i in range(4)]})
+    completions_seen = []
+
+    def reward(completions, **kwargs):
+        completions_seen.extend(completions)
+        return [1.0 if c[0]["content"] else 0.0 for c in completions]
+
+    trainer = MaxEntGRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=tiny_config(tmp_path, max_steps=1),
+        train_dataset=data,
+        processing_class=tokenizer,
+        generation_backend=backend,
+    )
+    trainer.train()
+    assert len(completions_seen) == 4
+    assert all(c[0]["role"] == "assistant" for c in completions_seen)
