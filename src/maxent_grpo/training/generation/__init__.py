@@ -1,0 +1,1 @@
+"""Generation: backends that return their own prompt ids, and the retry / aggregate / drop helpers."""
