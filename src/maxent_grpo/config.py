@@ -147,6 +147,15 @@ class MaxEntGRPOConfig(GRPOConfig):
             _fail("maxent_tau_min", self.maxent_tau_min, "a number >= 0")
         if self.maxent_tau_max < self.maxent_tau_min:
             _fail("maxent_tau_max", self.maxent_tau_max, f"a number >= maxent_tau_min ({self.maxent_tau_min})")
+        if self.maxent_target_weight_entropy is not None and not (
+            self.maxent_tau > 0 and self.maxent_tau_min <= self.maxent_tau <= self.maxent_tau_max
+        ):
+            _fail(
+                "maxent_tau",
+                self.maxent_tau,
+                f"a number > 0 in [maxent_tau_min, maxent_tau_max] = [{self.maxent_tau_min}, {self.maxent_tau_max}] "
+                "when maxent_target_weight_entropy is set",
+            )
         if self.maxent_tau_warmup_steps < 0:
             _fail("maxent_tau_warmup_steps", self.maxent_tau_warmup_steps, "an integer >= 0")
         if self.kl_target is not None:

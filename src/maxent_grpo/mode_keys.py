@@ -1,0 +1,208 @@
+"""Mode keys: map a completion to the answer it gives, so the listwise entropy acts on distinct answers.
+
+A mode key is a callable ``(text, completion_ids) -> Hashable | None``. Candidates of one prompt group with equal
+keys form one mode; ``None`` means "no answer", and each such candidate forms its own singleton mode.
+
+Built-in keys (see [`BUILTIN_MODE_KEYS`]):
+
+- ``"first_token"``: the first completion token id when ``completion_ids`` is given and non-empty, otherwise the
+  first non-whitespace character of the text. With the character-level tokenizer of the embedded demo both are the
+  completion's first character; with a subword tokenizer the first id may carry a leading space or cover only
+  part of a word, so it identifies the answer only when the answer is a single token.
+- ``"last_line"``: the last non-empty line, stripped.
+- ``"boxed"``: the stripped content of the last ``\\boxed{...}`` whose braces balance (the final-answer
+  convention of math data sets); ``None`` when there is none or it is empty.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Hashable, Sequence
+
+import torch
+
+__all__ = [
+    "BUILTIN_MODE_KEYS",
+    "ModeKey",
+    "assign_mode_ids",
+    "boxed",
+    "first_token",
+    "last_line",
+    "mode_coverage",
+    "resolve_mode_key",
+]
+
+ModeKey = Callable[[str, Sequence[int] | None], Hashable | None]
+"""A mode key: ``(completion text, completion token ids or None) -> answer`` (None: no answer)."""
+
+_BOXED = "\\boxed{"
+
+
+def first_token(text: str, completion_ids: Sequence[int] | None = None) -> Hashable | None:
+    """First completion token id if ``completion_ids`` is non-empty, else the first non-whitespace character."""
+    if completion_ids is not None and len(completion_ids) > 0:
+        return int(completion_ids[0])
+    stripped = text.lstrip()
+    return stripped[0] if stripped else None
+
+
+def last_line(text: str, completion_ids: Sequence[int] | None = None) -> Hashable | None:
+    """Last non-empty line of the text, stripped; None if the text has no non-blank line."""
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line.strip()
+    return None
+
+
+def boxed(text: str, completion_ids: Sequence[int] | None = None) -> Hashable | None:
+    """Stripped content of the last ``\\boxed{...}`` with balanced braces; None when absent or empty."""
+    start = text.rfind(_BOXED)
+    while start != -1:
+        begin = start + len(_BOXED)
+        depth = 1
+        for index in range(begin, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[index], 0)
+            if depth == 0:
+                return text[begin:index].strip() or None
+        # Unbalanced (for example a truncated completion): fall back to an earlier complete box.
+        start = text.rfind(_BOXED, 0, start)
+    return None
+
+
+BUILTIN_MODE_KEYS: dict[str, ModeKey] = {
+    "first_token": first_token,
+    "last_line": last_line,
+    "boxed": boxed,
+}
+"""Built-in mode keys by name."""
+
+
+def _import_callable(path: str) -> Callable[..., object]:
+    """Import ``package.module:attr`` or ``package.module.attr``; ValueError saying what failed."""
+    module_name, sep, attr_path = path.partition(":")
+    if not sep:
+        module_name, _, attr_path = path.rpartition(".")
+    if not module_name or not attr_path:
+        raise ValueError(f"{path!r} is not a dotted path 'package.module:function' or 'package.module.function'")
+    try:
+        target: object = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"cannot import module {module_name!r} for mode key {path!r}: {error}") from error
+    for attr in attr_path.split("."):
+        if not hasattr(target, attr):
+            raise ValueError(f"module {module_name!r} has no attribute {attr_path!r} (mode key {path!r})")
+        target = getattr(target, attr)
+    if not callable(target):
+        raise ValueError(f"mode key {path!r} resolves to a {type(target).__name__}, which is not callable")
+    return target
+
+
+def _accepts_ids(fn: Callable[..., object]) -> bool:
+    """Whether ``fn`` can be called as ``fn(text, completion_ids)``; else it must accept ``fn(text)``."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # some C callables expose no signature: call them with the text only
+        return False
+    try:
+        signature.bind("", None)
+    except TypeError:
+        try:
+            signature.bind("")
+        except TypeError as error:
+            raise ValueError(
+                f"mode key {fn!r} must accept (text) or (text, completion_ids); its signature is {signature}"
+            ) from error
+        return False
+    return True
+
+
+def _as_mode_key(fn: Callable[..., object]) -> ModeKey:
+    """Wrap a user callable as a two-argument mode key whose results are checked to be hashable."""
+    takes_ids = _accepts_ids(fn)
+
+    def mode_key(text: str, completion_ids: Sequence[int] | None = None) -> Hashable | None:
+        key = fn(text, completion_ids) if takes_ids else fn(text)
+        if not isinstance(key, Hashable):
+            raise TypeError(f"mode key {fn!r} returned an unhashable {type(key).__name__}: {key!r}")
+        return key
+
+    mode_key.__name__ = getattr(fn, "__name__", "mode_key")
+    mode_key.__doc__ = getattr(fn, "__doc__", None)
+    return mode_key
+
+
+def resolve_mode_key(spec: str | Callable[..., object] | None) -> ModeKey | None:
+    """Turn a mode key spec into a ``(text, completion_ids) -> Hashable | None`` callable.
+
+    Args:
+        spec: None (no mode key: candidate-level entropy); a built-in name from [`BUILTIN_MODE_KEYS`]; a dotted
+            path ``"package.module:function"`` or ``"package.module.function"`` to a callable; or a callable.
+            A user callable may take ``(text)`` or ``(text, completion_ids)``.
+
+    Raises:
+        ValueError: unknown name, a path that cannot be imported or does not resolve to a callable, or a callable
+            that accepts neither form.
+    """
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        if spec in BUILTIN_MODE_KEYS:
+            return BUILTIN_MODE_KEYS[spec]
+        if "." not in spec and ":" not in spec:
+            raise ValueError(
+                f"unknown mode key {spec!r}: expected one of {sorted(BUILTIN_MODE_KEYS)} "
+                "or a dotted path 'package.module:function'"
+            )
+        return _as_mode_key(_import_callable(spec))
+    if callable(spec):
+        return _as_mode_key(spec)
+    raise ValueError(f"mode key must be None, a string or a callable, got a {type(spec).__name__}: {spec!r}")
+
+
+def assign_mode_ids(keys: Sequence[Sequence[Hashable | None]]) -> torch.Tensor:
+    """``[num_groups, G]`` long tensor of mode ids: per group, distinct keys get ``0 .. M-1`` in first-seen order.
+
+    Each ``None`` key gets an id of its own. All groups must have the same size G.
+    """
+    sizes = {len(group) for group in keys}
+    if len(sizes) > 1:
+        raise ValueError(f"keys must hold groups of equal size, got sizes {sorted(sizes)}")
+    ids: list[list[int]] = []
+    for group in keys:
+        seen: dict[Hashable, int] = {}
+        group_ids = []
+        next_id = 0
+        for key in group:
+            if key is None:
+                group_ids.append(next_id)
+                next_id += 1
+            else:
+                if key not in seen:
+                    seen[key] = next_id
+                    next_id += 1
+                group_ids.append(seen[key])
+        ids.append(group_ids)
+    return torch.tensor(ids, dtype=torch.long).reshape(len(keys), sizes.pop() if sizes else 0)
+
+
+def mode_coverage(
+    keys: Sequence[Sequence[Hashable | None]],
+    rewards: torch.Tensor | Sequence[Sequence[float]],
+    threshold: float,
+) -> float:
+    """Mean over groups of the number of distinct modes among candidates with ``reward >= threshold``.
+
+    This is the "distinct correct modes per group" metric. ``None`` keys count as one mode each; NaN rewards never
+    pass the threshold. Returns 0.0 when there are no groups.
+    """
+    reward_rows = rewards.tolist() if isinstance(rewards, torch.Tensor) else [list(row) for row in rewards]
+    if [len(group) for group in keys] != [len(row) for row in reward_rows]:
+        raise ValueError("keys and rewards must have the same [num_groups, G] shape")
+    if not keys:
+        return 0.0
+    total = 0
+    for group, row in zip(keys, reward_rows, strict=True):
+        passing = [key for key, reward in zip(group, row, strict=True) if reward >= threshold]
+        total += len({key for key in passing if key is not None}) + sum(key is None for key in passing)
+    return total / len(keys)

@@ -1,0 +1,476 @@
+"""Listwise MaxEnt objective: hand-computed limits, properties over random groups, and the tau / beta controllers."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from maxent_grpo.objective import (
+    BetaController,
+    TauController,
+    compute_listwise,
+    listwise_advantages,
+    listwise_weights,
+    weight_entropy,
+)
+
+E = math.e
+
+
+def t(rows: list[list[float]]) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def close(actual: torch.Tensor, expected: list[list[float]] | list[float], atol: float = 1e-12) -> None:
+    torch.testing.assert_close(actual, torch.tensor(expected, dtype=actual.dtype), atol=atol, rtol=0)
+
+
+# --- candidate form: hand-computed values ---------------------------------------------------------------------------
+
+
+def test_tau_one_is_the_reward_softmax() -> None:
+    # eps = 0, tau = 1: w = q = softmax(r) = [e, 1] / (e + 1); A = 2 w - 1.
+    result = compute_listwise(t([[1.0, 0.0]]), tau=1.0, q_temperature=1.0, q_epsilon=0.0)
+    close(result.weights, [[E / (E + 1), 1 / (E + 1)]])
+    close(result.advantages, [[(E - 1) / (E + 1), (1 - E) / (E + 1)]])
+    close(result.entropy, [math.log(E + 1) - E / (E + 1)])
+
+
+def test_tau_half_sharpens() -> None:
+    # w ∝ q^(1/tau) = q^2 = [e^2, 1].
+    weights = listwise_weights(t([[1.0, 0.0]]), tau=0.5, q_temperature=1.0, q_epsilon=0.0)
+    close(weights, [[E**2 / (E**2 + 1), 1 / (E**2 + 1)]])
+
+
+def test_q_temperature_and_epsilon_smoothing() -> None:
+    # softmax([2, 0, 0] / 2) = [e, 1, 1] / (e + 2); q = 0.7 * softmax + 0.3 / 3; tau = 1 so w = q.
+    weights = listwise_weights(t([[2.0, 0.0, 0.0]]), tau=1.0, q_temperature=2.0, q_epsilon=0.3)
+    top, rest = 0.7 * E / (E + 2) + 0.1, 0.7 / (E + 2) + 0.1
+    close(weights, [[top, rest, rest]])
+
+
+def test_reference_prior_with_beta() -> None:
+    # Equal rewards: q = [1/2, 1/2]; w ∝ exp((log 1/2 + l) / (tau + beta)) with l = [0, -2], tau = beta = 1: [1, 1/e].
+    weights = listwise_weights(
+        t([[0.0, 0.0]]), tau=1.0, q_temperature=1.0, q_epsilon=0.0, beta=1.0, ref_term=t([[0.0, -2.0]])
+    )
+    close(weights, [[E / (E + 1), 1 / (E + 1)]])
+
+
+def test_ref_term_is_ignored_when_beta_is_zero() -> None:
+    rewards = t([[1.0, 0.0, 2.0]])
+    plain = listwise_weights(rewards, tau=1.0, q_temperature=1.0, q_epsilon=0.1)
+    with_ref = listwise_weights(
+        rewards, tau=1.0, q_temperature=1.0, q_epsilon=0.1, ref_term=t([[float("nan"), -5.0, 3.0]])
+    )
+    torch.testing.assert_close(with_ref, plain, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("tau", [0.0, 1e-8, 1e-300])
+def test_tau_to_zero_puts_all_weight_on_the_best_rewards(tau: float) -> None:
+    result = compute_listwise(
+        t([[1.0, 3.0, 3.0, -2.0], [5.0, 1.0, 0.0, 0.0]]), tau=tau, q_temperature=1.0, q_epsilon=0.1
+    )
+    close(result.weights, [[0.0, 0.5, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    close(result.advantages, [[-1.0, 1.0, 1.0, -1.0], [3.0, -1.0, -1.0, -1.0]])
+    close(result.entropy, [math.log(2), 0.0])
+
+
+@pytest.mark.parametrize("tau", [math.inf, 1e16])
+def test_tau_to_infinity_gives_zero_advantages(tau: float) -> None:
+    result = compute_listwise(t([[1.0, 3.0, -2.0], [1e6, -1e6, 0.0]]), tau=tau, q_temperature=1.0, q_epsilon=0.0)
+    close(result.weights, [[1 / 3] * 3] * 2, atol=1e-9)
+    close(result.advantages, [[0.0] * 3] * 2, atol=1e-9)
+    close(result.entropy, [math.log(3)] * 2, atol=1e-9)
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.01, 1.0, 100.0])
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_equal_rewards_give_zero_advantages(tau: float, beta: float) -> None:
+    rewards = t([[0.7] * 5, [-1e6] * 5])
+    ref = t([[-1.3] * 5, [0.0] * 5])
+    result = compute_listwise(rewards, tau=tau, q_temperature=1.0, q_epsilon=0.2, beta=beta, ref_term=ref)
+    close(result.weights, [[0.2] * 5] * 2)
+    close(result.advantages, [[0.0] * 5] * 2)
+
+
+def test_advantages_match_weights() -> None:
+    rewards = t([[0.3, -1.0, 2.0, 2.0]])
+    kwargs = {"tau": 0.7, "q_temperature": 0.5, "q_epsilon": 0.05}
+    torch.testing.assert_close(
+        listwise_advantages(rewards, **kwargs), 4 * listwise_weights(rewards, **kwargs) - 1, atol=1e-12, rtol=0
+    )
+
+
+# --- validity mask ---------------------------------------------------------------------------------------------------
+
+
+def test_invalid_and_non_finite_rewards_are_excluded() -> None:
+    # Row 0: the NaN and the masked 5.0 drop out, leaving the [1, 0] group of the first test (G_v = 2).
+    # Row 1: no valid candidate at all.
+    rewards = t([[1.0, float("nan"), 0.0, 5.0], [1.0, 2.0, 3.0, 4.0]])
+    valid = torch.tensor([[True, True, True, False], [False] * 4])
+    result = compute_listwise(rewards, tau=1.0, q_temperature=1.0, q_epsilon=0.0, valid=valid)
+    close(result.weights, [[E / (E + 1), 0.0, 1 / (E + 1), 0.0], [0.0] * 4])
+    close(result.advantages, [[(E - 1) / (E + 1), 0.0, (1 - E) / (E + 1), 0.0], [0.0] * 4])
+    close(result.entropy, [math.log(E + 1) - E / (E + 1), 0.0])
+
+
+def test_epsilon_smoothing_counts_valid_candidates_only() -> None:
+    # G_v = 2: q = 0.5 * [e, 1] / (e + 1) + 0.5 / 2.
+    valid = torch.tensor([[True, False, True]])
+    weights = listwise_weights(t([[1.0, 9.0, 0.0]]), tau=1.0, q_temperature=1.0, q_epsilon=0.5, valid=valid)
+    close(weights, [[0.5 * E / (E + 1) + 0.25, 0.0, 0.5 / (E + 1) + 0.25]])
+
+
+def test_non_finite_reference_term_is_invalid_when_beta_is_positive() -> None:
+    result = compute_listwise(
+        t([[0.0, 4.0, 0.0]]),
+        tau=1.0,
+        q_temperature=1.0,
+        q_epsilon=0.0,
+        beta=1.0,
+        ref_term=t([[0.0, float("-inf"), -2.0]]),
+    )
+    close(result.weights, [[E / (E + 1), 0.0, 1 / (E + 1)]])
+    close(result.advantages, [[2 * E / (E + 1) - 1, 0.0, 2 / (E + 1) - 1]])
+
+
+# --- mode form -------------------------------------------------------------------------------------------------------
+
+
+def test_rare_correct_mode_weighs_as_much_as_a_frequent_one() -> None:
+    # 12 candidates: answer "a" (correct) 10 times, "b" (correct) once, "c" (wrong) once. tau = 1, eps = 0:
+    # W = softmax([1, 1, 0]) = [e, e, 1] / (2e + 1); each "a" gets W_a / 10.
+    rewards = t([[1.0] * 11 + [0.0]])
+    mode_ids = torch.tensor([[0] * 10 + [1, 2]])
+    result = compute_listwise(rewards, tau=1.0, q_temperature=1.0, q_epsilon=0.0, mode_ids=mode_ids)
+    z = 2 * E + 1
+    close(result.weights, [[E / (10 * z)] * 10 + [E / z, 1 / z]])
+    close(result.advantages, [[12 * E / (10 * z) - 1] * 10 + [12 * E / z - 1, 12 / z - 1]])
+    assert result.weights[0, :10].sum().item() == pytest.approx(result.weights[0, 10].item(), abs=1e-12)
+    close(result.entropy, [math.log(z) - 2 * E / z])
+
+
+def test_mode_form_uses_mean_rewards_and_the_number_of_modes() -> None:
+    # Modes [0, 1, 0, 1]: mean rewards [0.5, 2]; M = 2 so q = 0.5 * softmax([0.5, 2]) + 0.5 / 2; tau = 1: W = q.
+    rewards = t([[1.0, 3.0, 0.0, 1.0]])
+    result = compute_listwise(
+        rewards, tau=1.0, q_temperature=1.0, q_epsilon=0.5, mode_ids=torch.tensor([[0, 1, 0, 1]])
+    )
+    soft_low = math.exp(0.5) / (math.exp(0.5) + math.exp(2.0))
+    w_low, w_high = 0.5 * soft_low + 0.25, 0.5 * (1 - soft_low) + 0.25
+    close(result.weights, [[w_low / 2, w_high / 2, w_low / 2, w_high / 2]])
+    close(result.entropy, [-(w_low * math.log(w_low) + w_high * math.log(w_high))])
+
+
+def test_mode_form_uses_mean_reference_term() -> None:
+    # Equal rewards; mode 0 = candidates 0, 1 with l = [0, -2] (mean -1), mode 1 = candidate 2 with l = 0.
+    # tau = beta = 1: W ∝ exp(l_bar / 2) = [e^-0.5, 1].
+    result = compute_listwise(
+        t([[0.0, 0.0, 0.0]]),
+        tau=1.0,
+        q_temperature=1.0,
+        q_epsilon=0.0,
+        beta=1.0,
+        ref_term=t([[0.0, -2.0, 0.0]]),
+        mode_ids=torch.tensor([[0, 0, 1]]),
+    )
+    w0 = math.exp(-0.5) / (math.exp(-0.5) + 1)
+    close(result.weights, [[w0 / 2, w0 / 2, 1 - w0]])
+
+
+def test_mode_form_with_invalid_candidates_and_empty_groups() -> None:
+    # Row 0: candidate 1 invalid, so mode 0 = {0, 2} (mean reward 1) and mode 1 = {3} (reward 0): tau = 0 picks mode 0.
+    rewards = t([[1.0, 7.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    valid = torch.tensor([[True, False, True, True], [False] * 4])
+    mode_ids = torch.tensor([[0, 0, 0, 1], [0, 1, 2, 3]])
+    result = compute_listwise(rewards, tau=0.0, q_temperature=1.0, q_epsilon=0.0, mode_ids=mode_ids, valid=valid)
+    close(result.weights, [[0.5, 0.0, 0.5, 0.0], [0.0] * 4])
+    close(result.advantages, [[0.5, 0.0, 0.5, -1.0], [0.0] * 4])
+    close(result.entropy, [0.0, 0.0])
+
+
+def test_singleton_modes_reproduce_the_candidate_form() -> None:
+    generator = torch.Generator().manual_seed(0)
+    rewards = torch.randn(3, 6, generator=generator, dtype=torch.float64)
+    ref = torch.randn(3, 6, generator=generator, dtype=torch.float64)
+    valid = torch.rand(3, 6, generator=generator) > 0.3
+    kwargs = {"tau": 0.4, "q_temperature": 0.8, "q_epsilon": 0.1, "beta": 0.3, "ref_term": ref, "valid": valid}
+    candidate = compute_listwise(rewards, **kwargs)
+    for mode_ids in (
+        torch.arange(6).expand(3, 6),
+        torch.stack([torch.randperm(6, generator=generator) for _ in range(3)]),
+    ):
+        modes = compute_listwise(rewards, mode_ids=mode_ids, **kwargs)
+        torch.testing.assert_close(modes.weights, candidate.weights, atol=1e-12, rtol=0)
+        torch.testing.assert_close(modes.advantages, candidate.advantages, atol=1e-12, rtol=0)
+        torch.testing.assert_close(modes.entropy, candidate.entropy, atol=1e-12, rtol=0)
+
+
+# --- entropy, dtypes, validation -------------------------------------------------------------------------------------
+
+
+def test_weight_entropy() -> None:
+    weights = t([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]])
+    close(weight_entropy(weights), [math.log(2), 1.5 * math.log(2)])
+    valid = torch.tensor([[True, True, True], [True, True, False]])
+    close(weight_entropy(weights, valid), [math.log(2), 0.5 * math.log(4)])
+
+
+def test_output_dtype_and_frozen_targets() -> None:
+    assert compute_listwise(torch.tensor([[1, 0]]), tau=1.0, q_temperature=1.0, q_epsilon=0.0).weights.dtype == (
+        torch.float32
+    )
+    rewards = torch.tensor([[1.0, 0.0]], dtype=torch.float32, requires_grad=True)
+    result = compute_listwise(rewards, tau=1.0, q_temperature=1.0, q_epsilon=0.0)
+    assert result.advantages.dtype == torch.float32
+    assert not result.advantages.requires_grad
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"tau": -1.0}, "tau"),
+        ({"tau": float("nan")}, "tau"),
+        ({"q_temperature": 0.0}, "q_temperature"),
+        ({"q_epsilon": 1.0}, "q_epsilon"),
+        ({"beta": -0.1}, "beta"),
+        ({"beta": 0.5}, "ref_term"),
+        ({"ref_term": torch.zeros(2, 2), "beta": 0.5}, r"ref_term\.shape"),
+        ({"valid": torch.ones(2, 3)}, r"valid\.dtype"),
+        ({"mode_ids": torch.tensor([[0, 1, 3], [0, 0, 0]])}, "mode_ids"),
+        ({"mode_ids": torch.zeros(2, 3)}, r"mode_ids\.dtype"),
+        ({"rewards": torch.zeros(3)}, "rewards"),
+    ],
+)
+def test_invalid_arguments_name_the_argument(kwargs: dict[str, object], name: str) -> None:
+    arguments: dict[str, object] = {
+        "rewards": torch.zeros(2, 3),
+        "tau": 1.0,
+        "q_temperature": 1.0,
+        "q_epsilon": 0.0,
+        **kwargs,
+    }
+    with pytest.raises(ValueError, match=rf"^{name}="):
+        compute_listwise(**arguments)  # type: ignore[arg-type]
+
+
+# --- properties ------------------------------------------------------------------------------------------------------
+
+reward_values = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def listwise_cases(draw: st.DrawFn, with_modes: bool = False) -> dict[str, object]:
+    num_groups = draw(st.integers(1, 4))
+    group_size = draw(st.integers(1, 8))
+
+    def row(elements: st.SearchStrategy[Any]) -> st.SearchStrategy[list[Any]]:
+        return st.lists(elements, min_size=group_size, max_size=group_size)
+
+    def table(elements: st.SearchStrategy[Any]) -> st.SearchStrategy[list[list[Any]]]:
+        return st.lists(row(elements), min_size=num_groups, max_size=num_groups)
+
+    # Each group is either all-equal or free.
+    rows = [
+        [draw(reward_values)] * group_size if draw(st.booleans()) else draw(row(reward_values))
+        for _ in range(num_groups)
+    ]
+    valid = draw(st.none() | table(st.booleans()))
+    mode_table = table(st.integers(0, group_size - 1))
+    mode_ids = draw(mode_table if with_modes else st.none() | mode_table)
+    beta = draw(st.sampled_from([0.0, 0.1, 2.0]))
+    ref_rows = draw(table(st.floats(-50.0, 0.0)))
+    return {
+        "rewards": t(rows),
+        "tau": draw(st.sampled_from([0.0, 1e-6, 0.1, 1.0, 30.0, math.inf])),
+        "q_temperature": draw(st.sampled_from([1e-3, 0.5, 1.0, 1e3])),
+        "q_epsilon": draw(st.sampled_from([0.0, 0.05, 0.5, 0.99])),
+        "beta": beta,
+        "ref_term": t(ref_rows) if beta > 0 else None,
+        "valid": None if valid is None else torch.tensor(valid, dtype=torch.bool),
+        "mode_ids": None if mode_ids is None else torch.tensor(mode_ids, dtype=torch.long),
+    }
+
+
+@settings(max_examples=100, deadline=None)
+@given(listwise_cases())
+def test_weights_and_advantages_are_finite_normalised_and_zero_mean(case: dict[str, object]) -> None:
+    result = compute_listwise(**case)  # type: ignore[arg-type]
+    rewards = case["rewards"]
+    assert isinstance(rewards, torch.Tensor)
+    valid = case["valid"] if case["valid"] is not None else torch.ones_like(rewards, dtype=torch.bool)
+    assert isinstance(valid, torch.Tensor)
+    for tensor in (result.weights, result.advantages, result.entropy):
+        assert torch.isfinite(tensor).all()
+    assert (result.weights >= 0).all()
+    assert (result.weights[~valid] == 0).all() and (result.advantages[~valid] == 0).all()
+    has_valid = valid.any(dim=-1)
+    sums = result.weights.sum(dim=-1)
+    torch.testing.assert_close(sums[has_valid], torch.ones_like(sums[has_valid]), atol=1e-9, rtol=0)
+    assert (sums[~has_valid] == 0).all()
+    mean_advantage = result.advantages.sum(dim=-1) / valid.sum(dim=-1).clamp_min(1)
+    torch.testing.assert_close(mean_advantage, torch.zeros_like(mean_advantage), atol=1e-9, rtol=0)
+    max_entropy = torch.log(valid.sum(dim=-1).clamp_min(1).to(torch.float64))
+    assert (result.entropy >= -1e-12).all() and (result.entropy <= max_entropy + 1e-9).all()
+
+
+@settings(max_examples=50, deadline=None)
+@given(listwise_cases(with_modes=True))
+def test_candidates_of_one_mode_share_its_weight_equally(case: dict[str, object]) -> None:
+    mode_ids = case["mode_ids"]
+    assert isinstance(mode_ids, torch.Tensor)
+    result = compute_listwise(**case)  # type: ignore[arg-type]
+    valid = case["valid"] if case["valid"] is not None else torch.ones_like(mode_ids, dtype=torch.bool)
+    assert isinstance(valid, torch.Tensor)
+    same_mode = (mode_ids.unsqueeze(-1) == mode_ids.unsqueeze(-2)) & valid.unsqueeze(-1) & valid.unsqueeze(-2)
+    difference = (result.weights.unsqueeze(-1) - result.weights.unsqueeze(-2)).abs()
+    assert (difference[same_mode] <= 1e-12).all()
+
+
+# --- tau controller --------------------------------------------------------------------------------------------------
+
+
+def tau_controller(**overrides: object) -> TauController:
+    arguments: dict[str, object] = {
+        "tau": 1.0,
+        "target_entropy": 1.0,
+        "lr": 0.5,
+        "tau_min": 0.01,
+        "tau_max": 100.0,
+        "warmup_steps": 0,
+        "ema": 0.0,
+        **overrides,
+    }
+    return TauController(**arguments)  # type: ignore[arg-type]
+
+
+def test_low_entropy_raises_tau_and_high_entropy_lowers_it() -> None:
+    assert tau_controller().update(0.2) == pytest.approx(math.exp(0.5 * 0.8))
+    assert tau_controller().update(1.6) == pytest.approx(math.exp(-0.5 * 0.6))
+
+
+def test_tau_follows_the_moving_average() -> None:
+    controller = tau_controller(lr=1.0, ema=0.5)
+    assert controller.update(0.0) == pytest.approx(E)  # average starts at the first measurement: 0
+    assert controller.update(1.0) == pytest.approx(E**1.5)  # average 0.5 * 0 + 0.5 * 1 = 0.5
+    assert controller.state_dict() == {"tau": pytest.approx(E**1.5), "ema_entropy": 0.5, "step": 2}
+
+
+def test_tau_waits_for_warmup() -> None:
+    controller = tau_controller(warmup_steps=2)
+    assert controller.update(0.0) == 1.0
+    assert controller.update(0.0) == 1.0
+    assert controller.update(0.0) == pytest.approx(math.exp(0.5))
+
+
+def test_tau_is_clamped() -> None:
+    assert tau_controller(lr=100.0).update(0.0) == 100.0
+    assert tau_controller(lr=100.0).update(50.0) == 0.01
+
+
+def test_tau_is_fixed_without_target() -> None:
+    controller = tau_controller(target_entropy=None, tau=0.0)
+    for _ in range(3):
+        assert controller.update(0.0) == 0.0
+    assert controller.state_dict()["step"] == 3
+
+
+def test_tau_state_round_trips_through_json() -> None:
+    controller = tau_controller(ema=0.9, warmup_steps=1)
+    for measured in (0.3, 0.5, 0.1):
+        controller.update(measured)
+    restored = tau_controller(ema=0.9, warmup_steps=1)
+    restored.load_state_dict(json.loads(json.dumps(controller.state_dict())))
+    assert restored.state_dict() == controller.state_dict()
+    assert restored.update(0.4) == controller.update(0.4)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "name"),
+    [
+        ({"tau": -1.0}, "tau"),
+        ({"tau": 0.0}, "tau"),
+        ({"tau": 500.0}, "tau"),
+        ({"target_entropy": -0.1}, "target_entropy"),
+        ({"lr": 0.0}, "lr"),
+        ({"tau_min": -1.0}, "tau_min"),
+        ({"tau_max": 0.001}, "tau_max"),
+        ({"warmup_steps": -1}, "warmup_steps"),
+        ({"warmup_steps": 1.5}, "warmup_steps"),
+        ({"ema": 1.0}, "ema"),
+    ],
+)
+def test_tau_controller_rejects_bad_arguments(overrides: dict[str, object], name: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{name}=.*expected"):
+        tau_controller(**overrides)
+
+
+def test_tau_controller_rejects_non_finite_measurements() -> None:
+    with pytest.raises(ValueError, match=r"^measured_entropy=nan"):
+        tau_controller().update(float("nan"))
+
+
+# --- beta controller -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("measured_kl", "n_steps", "expected"),
+    [
+        (0.1, 1, 0.1 * (1 + 0.2 / 10)),  # KL twice the target: error clipped to +0.2
+        (0.04, 1, 0.1 * (1 - 0.2 / 10)),  # KL below target: error clipped to -0.2
+        (0.055, 1, 0.1 * (1 + 0.1 / 10)),  # error 0.055 / 0.05 - 1 = 0.1, inside the clip
+        (0.1, 5, 0.1 * (1 + 0.2 * 5 / 10)),
+    ],
+)
+def test_beta_follows_the_adaptive_kl_rule(measured_kl: float, n_steps: int, expected: float) -> None:
+    controller = BetaController(beta=0.1, kl_target=0.05, horizon=10)
+    assert controller.update(measured_kl, n_steps=n_steps) == pytest.approx(expected, abs=1e-15)
+
+
+def test_beta_is_fixed_without_target() -> None:
+    controller = BetaController(beta=0.0, kl_target=None, horizon=10)
+    assert controller.update(5.0) == 0.0
+
+
+def test_beta_never_goes_negative() -> None:
+    assert BetaController(beta=0.1, kl_target=1.0, horizon=1, step_size=1.0).update(0.0, n_steps=3) == 0.0
+
+
+def test_beta_state_round_trips_through_json() -> None:
+    controller = BetaController(beta=0.1, kl_target=0.05, horizon=10)
+    controller.update(0.2)
+    restored = BetaController(beta=0.1, kl_target=0.05, horizon=10)
+    restored.load_state_dict(json.loads(json.dumps(controller.state_dict())))
+    assert restored.update(0.01) == controller.update(0.01)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "name"),
+    [
+        ({"beta": -0.1, "kl_target": None, "horizon": 10}, "beta"),
+        ({"beta": 0.0, "kl_target": 0.1, "horizon": 10}, "beta"),
+        ({"beta": 0.1, "kl_target": 0.0, "horizon": 10}, "kl_target"),
+        ({"beta": 0.1, "kl_target": 0.1, "horizon": 0}, "horizon"),
+        ({"beta": 0.1, "kl_target": 0.1, "horizon": 10, "step_size": 0.0}, "step_size"),
+        ({"beta": 0.1, "kl_target": 0.1, "horizon": 10, "step_size": 1.5}, "step_size"),
+    ],
+)
+def test_beta_controller_rejects_bad_arguments(arguments: dict[str, object], name: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{name}=.*expected"):
+        BetaController(**arguments)  # type: ignore[arg-type]
+
+
+def test_beta_controller_rejects_bad_updates() -> None:
+    controller = BetaController(beta=0.1, kl_target=0.05, horizon=10)
+    with pytest.raises(ValueError, match=r"^n_steps=0"):
+        controller.update(0.1, n_steps=0)
+    with pytest.raises(ValueError, match=r"^measured_kl=inf"):
+        controller.update(math.inf)
