@@ -42,7 +42,7 @@ class ListwiseObjective:
         self.length_normalize_ref = length_normalize_ref
         self.mode_key = mode_key
         self.coverage_threshold = coverage_threshold
-        self._kl_values_seen = 0
+        self._kl_values: list[float] = []
 
     @classmethod
     def from_config(cls, args: MaxEntGRPOConfig) -> ListwiseObjective:
@@ -133,17 +133,17 @@ class ListwiseObjective:
         start = accelerator.process_index * num_local
         return advantages[start : start + num_local]
 
+    def observe_kl(self, value: float) -> None:
+        """Record one KL value measured by TRL's loss (per micro-batch) for the next beta update."""
+        if math.isfinite(value):
+            self._kl_values.append(value)
+
     def _step_beta(self, trainer: MaxEntGRPOTrainer) -> None:
-        """Feed the KL measured by TRL's loss since the last batch to the beta controller."""
-        if self.beta.kl_target is None:
+        """Feed the mean KL measured since the last rollout batch to the beta controller."""
+        if self.beta.kl_target is None or not self._kl_values:
             return
-        values = trainer._metrics["train"].get("kl", [])
-        if len(values) < self._kl_values_seen:  # the metrics were flushed by a log call
-            self._kl_values_seen = 0
-        fresh = [v for v in values[self._kl_values_seen :] if math.isfinite(v)]
-        self._kl_values_seen = len(values)
-        if fresh:
-            trainer.beta = self.beta.update(sum(fresh) / len(fresh), n_steps=1)
+        trainer.beta = self.beta.update(sum(self._kl_values) / len(self._kl_values), n_steps=1)
+        self._kl_values.clear()
 
     def state_dict(self, trainer: MaxEntGRPOTrainer) -> dict[str, Any]:
         return {"tau": self.tau.state_dict(), "beta": self.beta.state_dict(), "trainer_beta": trainer.beta}

@@ -286,6 +286,12 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             output["advantages"] = self.listwise.advantages(self, output, mode)
         return output
 
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        if self.listwise is not None and self.model.training and self.beta != 0.0:
+            self.listwise.observe_kl(self._metrics["train"]["kl"][-1])
+        return loss
+
     # ------------------------------------------------------------------------------------ no update on nothing
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self.model.training and bool(inputs["num_items_in_batch"] > 0):

@@ -1,0 +1,111 @@
+"""The listwise objective inside real training: advantages, metrics, reference prior, controllers and resume."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from datasets import Dataset
+
+from maxent_grpo import MaxEntGRPOTrainer
+from maxent_grpo.rewards import vowel_start_reward
+from maxent_grpo.trainer import CONTROLLER_STATE_FILE
+from tests.support.training import tiny_config, tiny_model_and_tokenizer
+
+pytestmark = pytest.mark.slow
+
+
+class AdvantageRecorder(MaxEntGRPOTrainer):
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.recorded.append(output["advantages"].clone())
+        return output
+
+
+def _vowel_data(n: int = 64) -> Dataset:
+    return Dataset.from_dict({"prompt": ["pick a vowel:"] * n})
+
+
+def _history(trainer, key):
+    return [(e["step"], e[key]) for e in trainer.state.log_history if key in e]
+
+
+def test_listwise_advantages_replace_grpo_and_are_logged(tmp_path):
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = tiny_config(
+        tmp_path,
+        max_steps=3,
+        per_device_train_batch_size=8,
+        num_generations=8,
+        maxent_objective="listwise",
+        maxent_tau=0.5,
+        maxent_mode_key="first_token",
+        maxent_mode_coverage_threshold=1.0,
+    )
+    trainer = AdvantageRecorder(
+        model=model,
+        reward_funcs=vowel_start_reward,
+        args=args,
+        train_dataset=_vowel_data(),
+        processing_class=tokenizer,
+    )
+    trainer.recorded = []
+    trainer.train()
+    assert len(trainer.recorded) == 3
+    for advantages in trainer.recorded:
+        assert torch.isfinite(advantages).all()
+        assert advantages.sum().abs().item() < 1e-4  # one group per batch: zero-mean
+    for key in ("maxent/tau", "maxent/beta", "maxent/weight_entropy", "maxent/mode_coverage"):
+        assert len(_history(trainer, key)) == 3, key
+    assert all(value == 0.5 for _, value in _history(trainer, "maxent/tau"))  # no target: tau is fixed
+    assert all(value >= 0 for _, value in _history(trainer, "maxent/mode_coverage"))
+
+
+def test_controllers_continue_after_resume(tmp_path, tiny_model_dir):
+    _, tokenizer = tiny_model_and_tokenizer()
+
+    def make(output_dir, max_steps):
+        args = tiny_config(
+            output_dir,
+            max_steps=max_steps,
+            per_device_train_batch_size=8,
+            num_generations=8,
+            maxent_objective="listwise",
+            maxent_tau=1.0,
+            maxent_target_weight_entropy=0.5,
+            maxent_tau_lr=0.5,
+            beta=0.05,
+            kl_target=1e-4,
+            kl_horizon=10,
+            save_strategy="steps",
+            save_steps=2,
+        )
+        return MaxEntGRPOTrainer(
+            model=str(tiny_model_dir),
+            reward_funcs=vowel_start_reward,
+            args=args,
+            train_dataset=_vowel_data(),
+            processing_class=tokenizer,
+        )
+
+    full = make(tmp_path / "full", 4)
+    full.train()
+    taus = dict(_history(full, "maxent/tau"))
+    betas = dict(_history(full, "maxent/beta"))
+    assert len(set(taus.values())) > 1, "the tau controller never moved"
+    assert len(set(betas.values())) > 1, "the beta controller never moved"
+
+    saved = json.loads((tmp_path / "full" / "checkpoint-2" / CONTROLLER_STATE_FILE).read_text())
+    resumed = make(tmp_path / "full", 4)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    # The resumed history starts with the checkpoint's own log history (steps 1-2).
+    resumed_taus = dict(_history(resumed, "maxent/tau"))
+    resumed_betas = dict(_history(resumed, "maxent/beta"))
+    assert {step: taus[step] for step in (1, 2)} == {step: resumed_taus[step] for step in (1, 2)}
+    assert sorted(resumed_taus) == [1, 2, 3, 4]
+    # Step 3 starts from the controller state saved at step 2, exactly as in the uninterrupted run.
+    assert resumed_taus[3] == pytest.approx(saved["tau"]["tau"]) == pytest.approx(taus[3])
+    assert resumed_betas[3] == pytest.approx(saved["trainer_beta"]) == pytest.approx(betas[3])
+    assert all(math.isfinite(v) for v in [*resumed_taus.values(), *resumed_betas.values()])
