@@ -103,7 +103,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         base_url = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
         return VLLMServerBackend(
             base_url,
-            self._tokenizer,
+            tokenizer=self._tokenizer,
             request_timeout=args.vllm_request_timeout,
             max_attempts=args.vllm_request_attempts,
             connection_timeout=args.vllm_server_timeout,

@@ -1,0 +1,451 @@
+"""`VLLMServerBackend`: completions from a vLLM OpenAI-compatible server, spoken to the way TRL's `VLLMClient` does.
+
+The server is the one ``vllm serve <model> --logprobs-mode processed_logprobs`` starts (add
+``--weight-transfer-config`` so the trainer can push weights into it). This backend uses three endpoints:
+
+- ``GET /health``: waited on (up to ``connection_timeout``) before the first request;
+- ``GET /v1/models``: the served model id is ``data[0].id``;
+- ``POST /v1/completions`` with token-id prompts, ``return_token_ids`` and ``return_tokens_as_token_ids``, so the
+  server reports the exact prompt and completion ids it used and every logprob keyed as ``"token_id:<id>"``.
+
+Unlike TRL's client it sends one request per unique prompt (``n`` = that prompt's count) concurrently, bounds each
+request with a timeout, owns its retry policy and keeps partial results. Failures fall in three classes, logged under
+this module's logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
+
+- ``infrastructure failure``: connection refused or dropped, timeout, HTTP 5xx. Retried with jittered exponential
+  backoff up to ``max_attempts``; then that prompt's group comes back empty and the others are still returned.
+- ``bad data``: the server answered, but with fewer choices than asked ("short group"), empty completions, token ids
+  outside the tokenizer's vocabulary or malformed logprobs. Not retried here: the trainer's retry loop asks again for
+  whatever is missing. Unusable completions are returned with ``failed=True``.
+- HTTP 4xx: a configuration error (wrong model name, invalid sampling parameter). Raised at once as
+  `VLLMServerRequestError`, never retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import requests
+import torch
+from requests.adapters import HTTPAdapter
+from transformers import PreTrainedTokenizerBase
+from trl.generation.vllm_client import parse_logprobs
+
+from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
+from maxent_grpo.training.generation.backends.protocol import Completion
+
+logger = logging.getLogger(__name__)
+
+# Request fields the backend sets itself: overriding them through `generation_kwargs` would break the grouping of the
+# answer or its token-level payload.
+_RESERVED_REQUEST_FIELDS = frozenset({"prompt", "n", "return_token_ids", "return_tokens_as_token_ids", "stream"})
+
+# Exceptions `requests` raises when the server could not be reached or the exchange broke off: worth retrying.
+_TRANSIENT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
+
+_HEALTH_POLL_SECONDS = 1.0
+_STAT_KEYS = ("requests", "retries", "infrastructure_failures", "bad_data")
+
+
+class VLLMServerRequestError(RuntimeError):
+    """The server rejected a request with HTTP 4xx: a configuration error that retrying cannot fix."""
+
+    def __init__(self, method: str, url: str, status_code: int, detail: str) -> None:
+        super().__init__(
+            f"vLLM server rejected {method} {url} with HTTP {status_code}: {detail}. This is a configuration error "
+            "(for example a wrong model name or an invalid sampling parameter) and is not retried."
+        )
+        self.status_code = status_code
+
+
+def _check_number(name: str, value: Any, *, low: float, high: float = math.inf, low_open: bool = False) -> float:
+    """Return ``value`` as a float, or raise ValueError naming the field, the value and the allowed range."""
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    in_range = is_number and math.isfinite(value) and (value > low if low_open else value >= low) and value <= high
+    if not in_range:
+        bracket = "(" if low_open else "["
+        upper = "inf)" if high == math.inf else f"{high}]"
+        raise ValueError(f"{name} must be a finite number in {bracket}{low}, {upper}, got {value!r}")
+    return float(value)
+
+
+def _check_int(name: str, value: Any, *, low: int, allowed: str | None = None) -> int:
+    """Return ``value`` if it is an int >= ``low``, else raise ValueError naming the field, value and allowed range."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be {allowed or f'an integer >= {low}'}, got {value!r}")
+    return value
+
+
+def _check_top_k(value: Any) -> int:
+    """vLLM turns top-k off with 0 or -1; anything else must be a positive integer."""
+    return _check_int("top_k", value, low=-1, allowed="-1, 0 (off) or a positive integer")
+
+
+def _check_kwargs(name: str, value: Any) -> dict[str, Any]:
+    """Return a copy of an optional keyword dict, or raise ValueError if it is not a dict."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a dict or None, got {value!r}")
+    return dict(value)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _is_token_id_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+
+
+def _sampled_logprobs(choice_logprobs: Any, token_ids: list[int]) -> list[float] | None:
+    """Return the logprob of each sampled token from a completions-format ``logprobs`` object.
+
+    TRL's `parse_logprobs` sorts each position's entries by descending probability, so the first entry is the most
+    likely token, which is the sampled one only when ``logprobs=0``. The entry whose id equals the sampled id is kept
+    instead. Raises ValueError when the payload is malformed or a sampled token's logprob is missing.
+    """
+    try:
+        values, ids = parse_logprobs([choice_logprobs])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"malformed logprobs ({_describe(exc)})") from exc
+    if values is None or ids is None:
+        raise ValueError("logprobs missing")
+    if len(values[0]) != len(token_ids):
+        raise ValueError(f"{len(values[0])} logprobs for {len(token_ids)} tokens")
+    sampled = []
+    for position, (token_id, position_ids, position_values) in enumerate(
+        zip(token_ids, ids[0], values[0], strict=True)
+    ):
+        lookup = dict(zip(position_ids, position_values, strict=True))
+        value = lookup.get(token_id)
+        if value is None:
+            raise ValueError(f"no logprob for sampled token {token_id} at position {position}")
+        sampled.append(float(value))
+    return sampled
+
+
+class VLLMServerBackend:
+    """Generate with a vLLM OpenAI-compatible server (``vllm serve``), the protocol TRL's `VLLMClient` speaks.
+
+    Each unique prompt is tokenized here (`encode_prompts`, the same way TRL does) and sent as one
+    ``POST /v1/completions`` request asking for ``n = counts[i]`` completions; up to ``max_concurrency`` requests are
+    in flight at once. The returned `Completion` carries the prompt ids the server reports having used (it may
+    truncate), the sampled ids (EOS included) and the sampled tokens' logprobs.
+
+    Args:
+        base_url: server root, e.g. ``http://host:8000`` (without ``/v1``).
+        tokenizer: the training tokenizer; ``len(tokenizer)`` is the vocabulary completions are checked against.
+        max_tokens: completion length cap, >= 1.
+        temperature, top_p, top_k, min_p, repetition_penalty: vLLM sampling parameters (``top_k`` 0 or -1 = off).
+        generation_kwargs: extra request fields, sent as-is and overriding the ones above (``seed``, ``logprobs``,
+            ``model`` to address a LoRA adapter by name, ...). The fields that shape the answer (``prompt``, ``n``,
+            ``return_token_ids``, ``return_tokens_as_token_ids``, ``stream``) are refused.
+        chat_template_kwargs: passed to the chat template for conversational prompts.
+        request_timeout: seconds allowed for connecting and for each wait on the server's answer, per request.
+            TRL's client sets no timeout, so a stalled server hangs training forever; here the request fails as an
+            infrastructure failure and is retried.
+        max_attempts: tries per request for infrastructure failures (connection errors, timeouts, HTTP 5xx).
+        backoff_seconds: base of the exponential backoff between tries: ``backoff_seconds * 2**k``, jittered to
+            between half and all of it.
+        max_concurrency: most requests in flight at once.
+        connection_timeout: seconds the first health check waits for the server to come up.
+        weight_sync: called by `sync_weights` to push the training weights into the server (the trainer passes TRL's
+            ``VLLMGeneration.sync_weights`` when vLLM is installed). Without it the server keeps its own weights and
+            generation is off-policy; a warning says so once.
+
+    ``stats`` counts ``requests`` (HTTP completion requests sent, every try included), ``retries`` (tries that failed
+    and were tried again), ``infrastructure_failures`` (requests abandoned after ``max_attempts``: their prompts came
+    back empty) and ``bad_data`` (answers or completions that were short, out of vocabulary, empty or malformed).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        tokenizer: PreTrainedTokenizerBase,
+        max_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        min_p: float = 0.0,
+        repetition_penalty: float = 1.0,
+        generation_kwargs: dict[str, Any] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        request_timeout: float = 120.0,
+        max_attempts: int = 3,
+        backoff_seconds: float = 1.0,
+        max_concurrency: int = 16,
+        connection_timeout: float = 60.0,
+        weight_sync: Callable[[], None] | None = None,
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
+        if tokenizer is None:
+            raise ValueError("tokenizer must be the training tokenizer, got None")
+        if weight_sync is not None and not callable(weight_sync):
+            raise ValueError(f"weight_sync must be a callable taking no arguments or None, got {weight_sync!r}")
+        self.base_url = base_url.rstrip("/")
+        self.tokenizer = tokenizer
+        self.vocab_size = len(tokenizer)
+        self.sampling = {
+            "max_tokens": _check_int("max_tokens", max_tokens, low=1),
+            "temperature": _check_number("temperature", temperature, low=0.0, low_open=True),
+            "top_p": _check_number("top_p", top_p, low=0.0, high=1.0, low_open=True),
+            "top_k": _check_top_k(top_k),
+            "min_p": _check_number("min_p", min_p, low=0.0, high=1.0),
+            "repetition_penalty": _check_number("repetition_penalty", repetition_penalty, low=0.0, low_open=True),
+        }
+        self.generation_kwargs = _check_kwargs("generation_kwargs", generation_kwargs)
+        reserved = sorted(_RESERVED_REQUEST_FIELDS & self.generation_kwargs.keys())
+        if reserved:
+            raise ValueError(
+                f"generation_kwargs must not set {reserved}: the backend sets them itself, got {generation_kwargs!r}"
+            )
+        self.chat_template_kwargs = _check_kwargs("chat_template_kwargs", chat_template_kwargs)
+        self.request_timeout = _check_number("request_timeout", request_timeout, low=0.0, low_open=True)
+        self.max_attempts = _check_int("max_attempts", max_attempts, low=1)
+        self.backoff_seconds = _check_number("backoff_seconds", backoff_seconds, low=0.0)
+        self.max_concurrency = _check_int("max_concurrency", max_concurrency, low=1)
+        self.connection_timeout = _check_number("connection_timeout", connection_timeout, low=0.0)
+        self.weight_sync = weight_sync
+
+        self.stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
+        self._stats_lock = threading.Lock()
+        self._model_lock = threading.Lock()
+        self._model: str | None = None
+        self._warned_off_policy = False
+        self._jitter = random.Random()
+        self._session = self._make_session()
+
+    # ----------------------------------------------------------------------------------------------------- public
+
+    def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
+        """Return ``counts[i]`` completions (or fewer, see the module docstring) for each prompt, aligned with it."""
+        if len(prompts) != len(counts):
+            raise ValueError(f"counts must have one entry per prompt ({len(prompts)}), got {len(counts)}")
+        for i, count in enumerate(counts):
+            _check_int(f"counts[{i}]", count, low=0)
+        groups: list[list[Completion]] = [[] for _ in prompts]
+        asked = [i for i, count in enumerate(counts) if count > 0]
+        if not asked:
+            return groups
+        prompt_ids = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.chat_template_kwargs)
+        model = self._ensure_model()
+        if model is None:
+            return groups
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(asked))) as executor:
+            futures = [
+                executor.submit(self._generate_group, model, ids, counts[i])
+                for i, ids in zip(asked, prompt_ids, strict=True)
+            ]
+            for i, future in zip(asked, futures, strict=True):
+                groups[i] = self._result_or_cancel(future, futures)
+        return groups
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Push the training weights into the server through ``weight_sync``.
+
+        Without ``weight_sync`` there is no way to update the server from here: it keeps the weights it was started
+        with, every completion comes from that fixed policy (off-policy generation), and a warning says so once.
+        """
+        if self.weight_sync is not None:
+            self.weight_sync()
+            return
+        if not self._warned_off_policy:
+            self._warned_off_policy = True
+            logger.warning(
+                "VLLMServerBackend has no weight_sync: the server keeps its own weights: generation is off-policy "
+                "(completions come from the model the server at %s was started with).",
+                self.base_url,
+            )
+
+    def close(self) -> None:
+        """Close the HTTP connections."""
+        self._session.close()
+
+    # ----------------------------------------------------------------------------------------------------- HTTP
+
+    def _make_session(self) -> requests.Session:
+        # `max_retries=0`: urllib3 must not retry behind our back; `_send` owns the retry policy.
+        session = requests.Session()
+        adapter = HTTPAdapter(max_retries=0, pool_maxsize=self.max_concurrency)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        return session
+
+    def _count(self, key: str, amount: int = 1) -> None:
+        with self._stats_lock:
+            self.stats[key] += amount
+
+    def _backoff(self, attempt: int) -> None:
+        delay = self.backoff_seconds * 2 ** (attempt - 1)
+        time.sleep(delay * self._jitter.uniform(0.5, 1.0))
+
+    def _send(self, method: str, path: str, payload: dict[str, Any] | None = None) -> requests.Response | None:
+        """Send one request with retries; return the 2xx/3xx response, or None after ``max_attempts`` failures.
+
+        Raises `VLLMServerRequestError` on HTTP 4xx.
+        """
+        url = f"{self.base_url}{path}"
+        cause = ""
+        for attempt in range(1, self.max_attempts + 1):
+            if payload is not None:  # a completion request (GET /v1/models is not counted)
+                self._count("requests")
+            try:
+                response = self._session.request(method, url, json=payload, timeout=self.request_timeout)
+            except _TRANSIENT_ERRORS as exc:
+                cause = _describe(exc)
+            else:
+                if response.status_code < 400:
+                    return response
+                if response.status_code < 500:
+                    raise VLLMServerRequestError(method, url, response.status_code, response.text[:500])
+                cause = f"HTTP {response.status_code}: {response.text[:200]}"
+            if attempt < self.max_attempts:
+                self._count("retries")
+                logger.info(
+                    "%s %s failed (attempt %d of %d), retrying: %s", method, url, attempt, self.max_attempts, cause
+                )
+                self._backoff(attempt)
+        self._count("infrastructure_failures")
+        logger.warning(
+            "infrastructure failure: %s %s failed after %d attempt(s): %s", method, url, self.max_attempts, cause
+        )
+        return None
+
+    def _wait_for_health(self) -> bool:
+        """Poll ``GET /health`` until it answers 200 or ``connection_timeout`` has passed."""
+        url = f"{self.base_url}/health"
+        deadline = time.monotonic() + self.connection_timeout
+        while True:
+            poll_timeout = min(self.request_timeout, max(deadline - time.monotonic(), _HEALTH_POLL_SECONDS))
+            try:
+                response = self._session.get(url, timeout=poll_timeout)
+            except _TRANSIENT_ERRORS as exc:
+                cause = _describe(exc)
+            else:
+                if response.status_code == 200:
+                    return True
+                cause = f"HTTP {response.status_code}"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                logger.warning(
+                    "vLLM server at %s not healthy after %.1f s (%s)", self.base_url, self.connection_timeout, cause
+                )
+                return False
+            logger.info("waiting for the vLLM server at %s to come up (%s)", self.base_url, cause)
+            time.sleep(min(_HEALTH_POLL_SECONDS, remaining))
+
+    def _ensure_model(self) -> str | None:
+        """Return the served model id, connecting first if needed; None (logged) when the server is unreachable.
+
+        Connection is retried on every `generate` call until it succeeds once, so a server that comes up late is
+        picked up by a later batch.
+        """
+        with self._model_lock:
+            if self._model is not None:
+                return self._model
+            self._wait_for_health()
+            response = self._send("GET", "/v1/models")
+            if response is None:
+                return None
+            try:
+                self._model = str(response.json()["data"][0]["id"])
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                self._count("bad_data")
+                logger.warning("bad data: GET %s/v1/models answered without a model id (%s)", self.base_url, exc)
+                return None
+            logger.info("vLLM server at %s serves model %r", self.base_url, self._model)
+            return self._model
+
+    @staticmethod
+    def _result_or_cancel(
+        future: Future[list[Completion]], futures: list[Future[list[Completion]]]
+    ) -> list[Completion]:
+        """Return one request's group; on a configuration error cancel the requests not started yet and re-raise."""
+        try:
+            return future.result()
+        except VLLMServerRequestError:
+            for other in futures:
+                other.cancel()
+            raise
+
+    # ----------------------------------------------------------------------------------------------------- parsing
+
+    def _generate_group(self, model: str, prompt_ids: list[int], count: int) -> list[Completion]:
+        payload = {
+            "model": model,
+            "prompt": prompt_ids,
+            "n": count,
+            **self.sampling,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            **self.generation_kwargs,
+        }
+        response = self._send("POST", "/v1/completions", payload)
+        if response is None:
+            return []
+        where = f"POST {self.base_url}/v1/completions"
+        try:
+            choices = response.json()["choices"]
+        except (ValueError, KeyError, TypeError) as exc:
+            return self._bad_group(f"{where} answered without a choices list ({_describe(exc)})")
+        if not isinstance(choices, list):
+            return self._bad_group(f"{where} answered with choices of type {type(choices).__name__}")
+        if len(choices) < count:
+            self._bad_data(f"{where}: short group: got {len(choices)} of {count}")
+        elif len(choices) > count:
+            self._bad_data(f"{where}: long group: got {len(choices)} of {count}, extra ones dropped")
+        group = []
+        for choice in choices[:count]:
+            completion = self._parse_choice(choice, prompt_ids, where)
+            if completion is not None:
+                group.append(completion)
+        return group
+
+    def _bad_data(self, message: str) -> None:
+        self._count("bad_data")
+        logger.warning("bad data: %s", message)
+
+    def _bad_group(self, message: str) -> list[Completion]:
+        self._bad_data(message)
+        return []
+
+    def _parse_choice(self, choice: Any, sent_prompt_ids: list[int], where: str) -> Completion | None:
+        """Turn one choice into a `Completion`; None when it is too malformed to be one (logged as bad data)."""
+        if not isinstance(choice, dict) or not _is_token_id_list(choice.get("token_ids")):
+            self._bad_data(f"{where}: choice without a token_ids list (is the server a vLLM with return_token_ids?)")
+            return None
+        token_ids: list[int] = choice["token_ids"]
+        text = choice.get("text")
+        text = text if isinstance(text, str) else ""
+        prompt_ids = choice.get("prompt_token_ids")
+        prompt_ids = prompt_ids if _is_token_id_list(prompt_ids) else sent_prompt_ids
+        problem = self._token_problem(token_ids)
+        if problem is not None:
+            self._bad_data(f"{where}: {problem}, completion marked failed")
+            return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
+        logprobs = None
+        if choice.get("logprobs") is not None:
+            try:
+                logprobs = _sampled_logprobs(choice["logprobs"], token_ids)
+            except ValueError as exc:
+                self._bad_data(f"{where}: {exc}, completion kept without logprobs")
+        return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, logprobs=logprobs)
+
+    def _token_problem(self, token_ids: list[int]) -> str | None:
+        if not token_ids:
+            return "empty completion"
+        outside = [t for t in token_ids if t < 0 or t >= self.vocab_size]
+        if outside:
+            return f"token ids {outside[:5]} outside the vocabulary [0, {self.vocab_size})"
+        return None

@@ -1,0 +1,82 @@
+"""Training through a real local server process that speaks vLLM's OpenAI-compatible protocol, faults switched on."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from maxent_grpo import MaxEntGRPOTrainer, VLLMServerBackend
+from tests.integration.test_alignment_probe import AlignmentReward
+from tests.support.server_process import run_test_server
+from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
+
+pytestmark = pytest.mark.slow
+
+
+class TagFromPromptReward(AlignmentReward):
+    """The server's completions are model samples, so alignment is checked on the answer column and prompt."""
+
+    __name__ = "tag_from_prompt"
+
+    def __call__(self, prompts, completions, completion_ids, answer, **kwargs):
+        for prompt, answer_tag in zip(prompts, answer, strict=True):
+            if prompt != answer_tag + ":":
+                raise AssertionError(f"misaligned row: prompt={prompt!r} answer={answer_tag!r}")
+        self.rows_seen += len(prompts)
+        return [float(len(set(c))) for c in completions]
+
+
+def test_training_through_faulty_server(tmp_path, tiny_model_dir):
+    model, tokenizer = tiny_model_and_tokenizer()
+    flags = ("--failure-rate", "0.3", "--short-rate", "0.3", "--oov-rate", "0.1", "--seed", "1")
+    with run_test_server(*flags, model_dir=tiny_model_dir) as base_url:
+        backend = VLLMServerBackend(
+            base_url,
+            tokenizer=tokenizer,
+            max_tokens=8,
+            request_timeout=20.0,
+            max_attempts=3,
+            backoff_seconds=0.01,
+            max_concurrency=4,
+        )
+        reward = TagFromPromptReward()
+        trainer = MaxEntGRPOTrainer(
+            model=model,
+            reward_funcs=reward,
+            args=tiny_config(
+                tmp_path,
+                max_steps=4,
+                per_device_train_batch_size=8,
+                generation_max_retries=3,
+                generation_max_consecutive_empty_batches=4,
+            ),
+            train_dataset=letter_dataset(16),
+            processing_class=tokenizer,
+            generation_backend=backend,
+        )
+        original_generate = backend.generate
+        seen_prompt_ids = []
+
+        def recording_generate(prompts, counts):
+            groups = original_generate(prompts, counts)
+            for prompt, group in zip(prompts, groups, strict=True):
+                seen_prompt_ids.extend((prompt, c.prompt_ids) for c in group)
+            return groups
+
+        backend.generate = recording_generate
+        trainer.train()
+    history = trainer.state.log_history
+    total = {
+        key: sum(e.get(key, 0) for e in history)
+        for key in ("generation/retried_prompts", "generation/invalid_completions")
+    }
+    assert total["generation/retried_prompts"] > 0
+    assert total["generation/invalid_completions"] > 0  # out-of-vocabulary completions never became data
+    assert backend.stats["retries"] > 0 and backend.stats["bad_data"] > 0
+    dropped = sum(e.get("generation/dropped_prompts", 0) for e in history)
+    assert reward.rows_seen == 4 * (4 * 2 - dropped)
+    assert all(ids == tokenizer(prompt)["input_ids"] for prompt, ids in seen_prompt_ids)  # the server's own ids
+    assert all(math.isfinite(e["loss"]) for e in history if "loss" in e)
+    sampling = [e for e in history if "completions/mean_length" in e]
+    assert sampling, "no batch produced data"

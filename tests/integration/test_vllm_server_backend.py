@@ -1,0 +1,286 @@
+"""`VLLMServerBackend` against a real server process (tests/support/vllm_test_server.py), one per fault setting."""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend, VLLMServerRequestError
+from tests.support.server_process import run_test_servers
+
+LOGGER = "maxent_grpo.training.generation.backends.vllm_server"
+MAX_TOKENS = 6
+
+# Fault injection is drawn per request from --seed and the request's arrival number; tests that depend on which
+# requests fail send them one at a time (max_concurrency=1). Seed 0 with a 50 % failure rate and two attempts loses
+# some prompts, keeps others, and shows both an HTTP 500 and a dropped connection.
+SERVERS = {
+    "clean": (),
+    "failing": ("--failure-rate", "0.5", "--seed", "0"),
+    "short": ("--short-rate", "1.0"),
+    "slow": ("--delay-rate", "1.0", "--delay-seconds", "30"),
+    "oov": ("--oov-rate", "0.5", "--seed", "0"),
+}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model_dir: Path) -> Path:
+    return tiny_model_dir
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir: Path) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+@pytest.fixture(scope="module")
+def servers(model_dir: Path) -> Iterator[dict[str, str]]:
+    with run_test_servers(SERVERS, model_dir=model_dir) as urls:
+        yield urls
+
+
+@pytest.fixture
+def backend_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    return caplog
+
+
+def make_backend(url: str, tokenizer: PreTrainedTokenizerBase, **overrides: object) -> VLLMServerBackend:
+    settings: dict = {
+        "max_tokens": MAX_TOKENS,
+        "backoff_seconds": 0.01,
+        "request_timeout": 20.0,
+        "connection_timeout": 10.0,
+        **overrides,
+    }
+    return VLLMServerBackend(url, tokenizer=tokenizer, **settings)
+
+
+def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == LOGGER]
+
+
+def check_completion(completion: Completion, tokenizer: PreTrainedTokenizerBase, prompt_ids: list[int]) -> None:
+    vocab_size = len(tokenizer)
+    assert not completion.failed
+    assert completion.prompt_ids == prompt_ids
+    assert 1 <= len(completion.completion_ids) <= MAX_TOKENS
+    assert all(0 <= t < vocab_size for t in completion.completion_ids)
+    assert tokenizer.eos_token_id not in completion.completion_ids[:-1]
+    assert completion.logprobs is not None
+    assert len(completion.logprobs) == len(completion.completion_ids)
+    assert all(math.isfinite(lp) and lp <= 0 for lp in completion.logprobs)
+    assert completion.text == tokenizer.decode(completion.completion_ids, skip_special_tokens=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------------------------------ no faults
+
+
+def test_fault_free_groups_have_the_asked_sizes_and_consistent_tokens(servers, tokenizer, backend_logs):
+    backend = make_backend(servers["clean"], tokenizer)
+    prompts = ["ab", "hello", "xyz", "q"]
+    counts = [3, 0, 2, 1]
+
+    groups = backend.generate(prompts, counts)
+
+    assert [len(group) for group in groups] == counts
+    for prompt, group in zip(prompts, groups, strict=True):
+        for completion in group:
+            check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
+    assert backend.stats == {"requests": 3, "retries": 0, "infrastructure_failures": 0, "bad_data": 0}
+    assert not any("failure" in m or "bad data" in m for m in messages(backend_logs))
+
+
+def test_logprobs_are_those_of_the_sampled_tokens(servers, tokenizer, model_dir):
+    # With logprobs=3 each position carries the top 3 tokens besides the sampled one, sorted by probability: the
+    # sampled token's entry must be picked, not the first. Recomputing under the model checks both.
+    backend = make_backend(servers["clean"], tokenizer, generation_kwargs={"logprobs": 3})
+    prompt_ids = tokenizer("hello")["input_ids"]
+    group = backend.generate(["hello"], [4])[0]
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    assert len(group) == 4
+    for completion in group:
+        check_completion(completion, tokenizer, prompt_ids)
+        ids = torch.tensor([prompt_ids + completion.completion_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(prompt_ids) - 1 : -1]
+        expected = logits.log_softmax(-1).gather(-1, torch.tensor(completion.completion_ids)[:, None]).squeeze(-1)
+        torch.testing.assert_close(torch.tensor(completion.logprobs), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_chat_prompt_goes_through_the_chat_template(servers, tokenizer):
+    backend = make_backend(servers["clean"], tokenizer)
+    chat = [{"role": "user", "content": "hi"}]
+
+    group = backend.generate([chat], [2])[0]
+
+    assert len(group) == 2
+    for completion in group:
+        check_completion(completion, tokenizer, tokenizer("user: hi\nassistant: ")["input_ids"])
+
+
+@pytest.mark.parametrize(
+    ("generation_kwargs", "status"),
+    [({"model": "no-such-model"}, 404), ({"max_tokens": 0}, 400)],
+    ids=["unknown-model", "invalid-parameter"],
+)
+def test_http_4xx_is_a_clear_error_and_not_retried(servers, tokenizer, generation_kwargs, status):
+    backend = make_backend(servers["clean"], tokenizer, generation_kwargs=generation_kwargs)
+
+    with pytest.raises(VLLMServerRequestError, match=f"HTTP {status}") as raised:
+        backend.generate(["ab"], [2])
+
+    assert raised.value.status_code == status
+    assert "configuration error" in str(raised.value)
+    assert backend.stats["requests"] == 1
+
+
+# ------------------------------------------------------------------------------------------------------ faults
+
+
+def test_infrastructure_failures_are_retried_and_partial_results_kept(servers, tokenizer, backend_logs):
+    backend = make_backend(servers["failing"], tokenizer, max_attempts=2, max_concurrency=1)
+    prompts = [f"prompt {i}" for i in range(12)]
+
+    groups = backend.generate(prompts, [2] * len(prompts))
+
+    empty = [i for i, group in enumerate(groups) if not group]
+    assert 0 < len(empty) < len(prompts)
+    for prompt, group in zip(prompts, groups, strict=True):
+        assert len(group) in (0, 2)
+        for completion in group:
+            check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
+    stats = backend.stats
+    assert stats["infrastructure_failures"] == len(empty)
+    assert stats["retries"] > 0
+    assert stats["requests"] == len(prompts) + stats["retries"]
+    assert stats["bad_data"] == 0
+    logged = messages(backend_logs)
+    failures = [m for m in logged if m.startswith("infrastructure failure")]
+    assert len(failures) == len(empty)
+    assert all("/v1/completions" in m and "after 2 attempt(s)" in m for m in failures)
+    assert any("HTTP 500" in m for m in logged)
+    assert any("ConnectionError" in m for m in logged)
+
+
+def test_short_groups_are_returned_as_is_and_logged_as_bad_data(servers, tokenizer, backend_logs):
+    backend = make_backend(servers["short"], tokenizer)
+
+    groups = backend.generate(["ab", "cd"], [4, 3])
+
+    assert len(groups[0]) < 4 and len(groups[1]) < 3
+    for prompt, group in zip(["ab", "cd"], groups, strict=True):
+        for completion in group:
+            check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
+    assert backend.stats["requests"] == 2  # not retried by the backend
+    assert backend.stats["bad_data"] == 2
+    assert backend.stats["infrastructure_failures"] == 0
+    shorts = [m for m in messages(backend_logs) if m.startswith("bad data") and "short group: got" in m]
+    assert len(shorts) == 2
+
+
+def test_delays_beyond_the_request_timeout_do_not_hang(servers, tokenizer, backend_logs):
+    backend = make_backend(servers["slow"], tokenizer, request_timeout=0.5, max_attempts=2)
+
+    start = time.monotonic()
+    groups = backend.generate(["ab", "cd"], [2, 2])
+    elapsed = time.monotonic() - start
+
+    assert groups == [[], []]
+    assert elapsed < 10  # 2 attempts of 0.5 s each, side by side; the server would answer after 30 s
+    assert backend.stats["infrastructure_failures"] == 2
+    assert backend.stats["requests"] == 4
+    failures = [m for m in messages(backend_logs) if m.startswith("infrastructure failure")]
+    assert len(failures) == 2
+    assert all("Timeout" in m for m in failures)
+
+
+def test_out_of_vocabulary_completions_are_marked_failed(servers, tokenizer, backend_logs):
+    backend = make_backend(servers["oov"], tokenizer, max_concurrency=1)
+    vocab_size = len(tokenizer)
+
+    groups = backend.generate(["ab", "cd"], [4, 4])
+
+    completions = [completion for group in groups for completion in group]
+    assert [len(group) for group in groups] == [4, 4]
+    outside = [any(t >= vocab_size for t in c.completion_ids) for c in completions]
+    assert [c.failed for c in completions] == outside
+    assert any(outside) and not all(outside)
+    for completion in completions:
+        if completion.failed:
+            assert completion.logprobs is None
+            assert completion.text  # the server's text, kept as given
+    assert backend.stats["bad_data"] == sum(outside)
+    assert backend.stats["requests"] == 2
+    logged = [m for m in messages(backend_logs) if m.startswith("bad data")]
+    assert len(logged) == sum(outside)
+    assert all("outside the vocabulary" in m for m in logged)
+
+
+def test_server_not_running_gives_empty_groups_quickly(tokenizer, backend_logs):
+    url = f"http://127.0.0.1:{free_port()}"
+    backend = make_backend(url, tokenizer, connection_timeout=0.0, max_attempts=3)
+
+    start = time.monotonic()
+    groups = backend.generate(["ab", "cd"], [2, 1])
+
+    assert groups == [[], []]
+    assert time.monotonic() - start < 5
+    assert backend.stats["infrastructure_failures"] == 1
+    failures = [m for m in messages(backend_logs) if m.startswith("infrastructure failure")]
+    assert len(failures) == 1
+    assert url in failures[0] and "after 3 attempt(s)" in failures[0] and "ConnectionError" in failures[0]
+
+
+# ------------------------------------------------------------------------------------------------------ no server
+
+
+def test_sync_weights_calls_weight_sync_or_warns_once(tokenizer, backend_logs):
+    calls = []
+    synced = make_backend("http://127.0.0.1:1", tokenizer, weight_sync=lambda: calls.append(1))
+    synced.sync_weights(torch.nn.Linear(1, 1))
+    assert calls == [1]
+
+    unsynced = make_backend("http://127.0.0.1:1", tokenizer)
+    unsynced.sync_weights(torch.nn.Linear(1, 1))
+    unsynced.sync_weights(torch.nn.Linear(1, 1))
+    warnings = [r for r in backend_logs.records if r.levelno == logging.WARNING and "off-policy" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_tokens", 0),
+        ("temperature", 0.0),
+        ("top_p", 1.5),
+        ("top_k", -2),
+        ("min_p", -0.1),
+        ("repetition_penalty", 0.0),
+        ("request_timeout", 0.0),
+        ("max_attempts", 0),
+        ("backoff_seconds", -1.0),
+        ("max_concurrency", 0),
+        ("connection_timeout", float("nan")),
+        ("generation_kwargs", {"n": 2}),
+    ],
+)
+def test_invalid_settings_are_refused_with_the_field_named(tokenizer, field, value):
+    with pytest.raises(ValueError, match=field):
+        make_backend("http://127.0.0.1:1", tokenizer, **{field: value})
