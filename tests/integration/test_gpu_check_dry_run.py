@@ -1,0 +1,24 @@
+"""The prepared GPU check runs end to end on CPU (dry run), so it does not rot between GPU sessions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_gpu_check_dry_run_prints_ratio_and_skips_vllm():
+    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--allow-cpu", "--steps", "1", "--rounds",
+               "1", "--hidden-size", "32", "--layers", "1"]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "tokens/s ratio maxent/stock:" in result.stdout
+    assert "vLLM colocate and server modes: skipped" in result.stdout
