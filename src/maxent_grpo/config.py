@@ -51,6 +51,34 @@ class MaxEntGRPOConfig(GRPOConfig):
         metadata={"help": "Attempts per vLLM server request on connection errors, timeouts and HTTP 5xx."},
     )
 
+    # Dynamic sampling (DAPO)
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "After scoring, replace every prompt group without learning signal (all rewards equal, or "
+            "dropped) by a fresh prompt's group drawn from the training data, generated through the same backend "
+            "and retry/drop path, until every group has signal or `dynamic_sampling_max_rounds` is reached."
+        },
+    )
+    dynamic_sampling_metric: str = field(
+        default="sum",
+        metadata={
+            "help": "Which reward decides whether a group has signal: 'sum' (the weighted sum of all reward "
+            "functions, as TRL's advantages use) or the name of one reward function."
+        },
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=3,
+        metadata={"help": "Cap on extra generation rounds per step (like verl's max_num_gen_batches), >= 1."},
+    )
+    dynamic_sampling_at_cap: Literal["train", "error"] = field(
+        default="train",
+        metadata={
+            "help": "At the cap: 'train' on what was collected (groups without signal get zero advantage), or "
+            "'error' to stop with a clear error."
+        },
+    )
+
     # MaxEnt listwise objective
     maxent_objective: Literal["grpo", "listwise"] = field(
         default="grpo",
@@ -114,6 +142,7 @@ class MaxEntGRPOConfig(GRPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._validate_generation_fields()
+        self._validate_dynamic_sampling_fields()
         self._validate_maxent_fields()
 
     def _validate_generation_fields(self) -> None:
@@ -129,6 +158,14 @@ class MaxEntGRPOConfig(GRPOConfig):
             _fail("vllm_request_timeout", self.vllm_request_timeout, "a number of seconds > 0")
         if self.vllm_request_attempts < 1:
             _fail("vllm_request_attempts", self.vllm_request_attempts, "an integer >= 1")
+
+    def _validate_dynamic_sampling_fields(self) -> None:
+        if self.dynamic_sampling_max_rounds < 1:
+            _fail("dynamic_sampling_max_rounds", self.dynamic_sampling_max_rounds, "an integer >= 1")
+        if self.dynamic_sampling_at_cap not in ("train", "error"):
+            _fail("dynamic_sampling_at_cap", self.dynamic_sampling_at_cap, "'train' or 'error'")
+        if not self.dynamic_sampling_metric:
+            _fail("dynamic_sampling_metric", self.dynamic_sampling_metric, "'sum' or a reward function name")
 
     def _validate_maxent_fields(self) -> None:
         if self.maxent_objective not in OBJECTIVES:

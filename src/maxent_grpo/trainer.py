@@ -7,7 +7,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -16,6 +16,7 @@ from trl.data_utils import is_conversational
 
 from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.listwise import ListwiseObjective
+from maxent_grpo.training.dynamic_sampling import DynamicSampler
 from maxent_grpo.training.generation.backends import (
     GenerationBackend,
     TransformersBackend,
@@ -23,13 +24,23 @@ from maxent_grpo.training.generation.backends import (
     VLLMServerBackend,
 )
 from maxent_grpo.training.generation.backends.protocol import Completion
-from maxent_grpo.training.generation.collect import STAT_KEYS, collect_completion_groups
-from maxent_grpo.training.generation.rows import assemble_rows, local_runs
+from maxent_grpo.training.generation.collect import STAT_KEYS
+from maxent_grpo.training.generation.local_batch import LocalBatch
+from maxent_grpo.training.generation.rows import GeneratedRows, assemble_rows, local_runs
 from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning
 
 logger = logging.getLogger(__name__)
 
 CONTROLLER_STATE_FILE = "maxent_controllers.json"
+
+
+class GroupAgreement(NamedTuple):
+    """Which groups every process kept: gathered row table [N, 4], kept groups [N / G], kept rows [N], local [B]."""
+
+    table: torch.Tensor
+    group_kept: torch.Tensor
+    global_keep: torch.Tensor
+    keep: list[bool]
 
 
 class MaxEntGRPOTrainer(GRPOTrainer):
@@ -81,6 +92,25 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             for func in self.reward_funcs
         ]
         self.listwise = ListwiseObjective.from_config(self.args) if self.args.maxent_objective == "listwise" else None
+        self._current_inputs: list = []
+        self._precomputed_rewards: torch.Tensor | None = None
+        self.dynamic_sampler = self._build_dynamic_sampler() if self.args.dynamic_sampling else None
+
+    def _build_dynamic_sampler(self) -> DynamicSampler:
+        metric = self.args.dynamic_sampling_metric
+        if metric != "sum" and metric not in self.reward_func_names:
+            raise ValueError(
+                f"dynamic_sampling_metric={metric!r} is invalid: expected 'sum' or one of the reward functions "
+                f"{self.reward_func_names}."
+            )
+        return DynamicSampler(
+            self.train_dataset,
+            self.reward_weights,
+            metric_column=None if metric == "sum" else self.reward_func_names.index(metric),
+            max_rounds=self.args.dynamic_sampling_max_rounds,
+            error_at_cap=self.args.dynamic_sampling_at_cap == "error",
+            seed=self.args.seed,
+        )
 
     # ----------------------------------------------------------------------------------------------- backends
     def _default_backend(self) -> GenerationBackend:
@@ -138,71 +168,120 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     def _generate(self, prompts: list) -> tuple:
         mode = "train" if self.model.training else "eval"
-        device = self.accelerator.device
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
-        prompts = copy.deepcopy(prompts)
         self._sync_backend_weights()
-
         runs = local_runs(len(prompts), self.accelerator.process_index * len(prompts), group_size)
-        collected = collect_completion_groups(
+        batch = LocalBatch(copy.deepcopy(prompts), runs)
+        self._collect(batch, range(len(runs)))
+        agreement = self._agree(batch, group_size)
+        if self.dynamic_sampler is not None and mode == "train":
+            agreement = self._refill_groups_without_signal(prompts, batch, agreement, group_size)
+
+        rows = self._assemble(batch, agreement)
+        self._row_keep = rows.keep
+        self._global_row_keep = agreement.global_keep
+        self._last_completion_texts = rows.texts
+        self._last_completion_ids = rows.completion_ids
+        self._log_generation_metrics(mode, agreement, batch.stats, batch.reasons)
+        tool_mask = (
+            None
+            if all(rows.keep)
+            else [[int(k)] * len(ids) for k, ids in zip(rows.keep, rows.completion_ids, strict=True)]
+        )
+        completions = self._format_completions(batch.prompts, rows.texts)
+        return rows.prompt_ids, rows.completion_ids, tool_mask, completions, rows.logprobs, {}, None, []
+
+    def _collect(self, batch: LocalBatch, run_indices: Sequence[int]) -> None:
+        batch.collect(
             self.generation_backend,
-            [prompts[run.start] for run in runs],
-            [len(run) for run in runs],
+            list(run_indices),
             max_retry_rounds=self.args.generation_max_retries,
             check=self._check_completion,
         )
-        locally_complete = [complete for run, complete in zip(runs, collected.complete, strict=True) for _ in run]
-        local_lengths = [
-            (len(group[k].prompt_ids), len(group[k].completion_ids), group[k].completion_ids[-1])
-            if complete
-            else (0, 0, -1)
-            for run, group, complete in zip(runs, collected.groups, collected.complete, strict=True)
-            for k in range(len(run))
-        ]
-        # One collective carries every row's completeness and lengths: [B, 4] -> [num_processes * B, 4].
-        row_table = torch.tensor(
-            [[c, p, n, last] for c, (p, n, last) in zip(locally_complete, local_lengths, strict=True)],
-            dtype=torch.long,
-            device=device,
+
+    def _agree(self, batch: LocalBatch, group_size: int) -> GroupAgreement:
+        """Decide, identically on every process, which groups are complete everywhere (one collective)."""
+        # [B, 4] rows of (complete, prompt length, completion length, last id) -> [num_processes * B, 4].
+        table = self.accelerator.gather(
+            torch.tensor(batch.row_table(), dtype=torch.long, device=self.accelerator.device)
         )
-        table = self.accelerator.gather(row_table)
         group_kept = table[:, 0].view(-1, group_size).bool().all(dim=1)
         global_keep = group_kept.repeat_interleave(group_size)
-        start = self.accelerator.process_index * len(prompts)
-        keep = global_keep[start : start + len(prompts)].tolist()
+        start = self.accelerator.process_index * len(batch.prompts)
+        return GroupAgreement(table, group_kept, global_keep, global_keep[start : start + len(batch.prompts)].tolist())
 
-        rows = assemble_rows(
-            runs,
-            collected.groups,
-            keep,
+    def _assemble(self, batch: LocalBatch, agreement: GroupAgreement) -> GeneratedRows:
+        return assemble_rows(
+            batch.runs,
+            batch.groups,
+            agreement.keep,
             placeholder_prompt_id=self._tokenizer.pad_token_id,
             placeholder_completion_id=self.eos_token_ids[0],
         )
-        self._row_keep = rows.keep
-        self._global_row_keep = global_keep
-        self._last_completion_texts = rows.texts
-        self._last_completion_ids = rows.completion_ids
-        self._log_generation_metrics(mode, table, global_keep, group_kept, collected.stats, collected.reasons)
 
-        if is_conversational({"prompt": prompts[0]}):
-            completions: list = [[{"role": "assistant", "content": text}] for text in rows.texts]
-        else:
-            completions = rows.texts
-        tool_mask = (
-            None if all(keep) else [[int(k)] * len(ids) for k, ids in zip(keep, rows.completion_ids, strict=True)]
+    @staticmethod
+    def _format_completions(prompts: Sequence[Any], texts: list[str]) -> list:
+        if prompts and is_conversational({"prompt": prompts[0]}):
+            return [[{"role": "assistant", "content": text}] for text in texts]
+        return texts
+
+    def _refill_groups_without_signal(
+        self, prompts: list, batch: LocalBatch, agreement: GroupAgreement, group_size: int
+    ) -> GroupAgreement:
+        """Dynamic sampling: replace groups without learning signal, then hand TRL the final rewards."""
+        current = {"agreement": agreement}
+        rewards: torch.Tensor | None = None
+
+        def score(rows_to_score: Sequence[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+            nonlocal rewards
+            agreed = current["agreement"]
+            rows = self._assemble(batch, agreed)
+            self._row_keep = [k and s for k, s in zip(agreed.keep, rows_to_score, strict=True)]
+            with silence_unscorable_warning():
+                fresh = GRPOTrainer._calculate_rewards(
+                    self,
+                    self._current_inputs,
+                    batch.prompts,
+                    self._format_completions(batch.prompts, rows.texts),
+                    rows.completion_ids,
+                )
+            local = torch.tensor(list(rows_to_score), dtype=torch.bool, device=self.accelerator.device)
+            scored = self.accelerator.gather(local).to(fresh.device)
+            merged = fresh if rewards is None else torch.where(scored.unsqueeze(1), fresh, rewards)
+            merged[~agreed.global_keep.to(merged.device)] = torch.nan
+            rewards = merged
+            return merged, agreed.group_kept
+
+        def regenerate(local_rows: list[int]) -> torch.Tensor:
+            rows = set(local_rows)
+            self._collect(batch, [i for i, run in enumerate(batch.runs) if run.start in rows])
+            current["agreement"] = self._agree(batch, group_size)
+            return current["agreement"].group_kept
+
+        outcome = self.dynamic_sampler.refill(
+            step=self.state.global_step,
+            group_size=group_size,
+            row_offset=self.accelerator.process_index * len(prompts),
+            inputs=self._current_inputs,
+            prompts=batch.prompts,
+            score=score,
+            regenerate=regenerate,
         )
-        return rows.prompt_ids, rows.completion_ids, tool_mask, completions, rows.logprobs, {}, None, []
+        prompts[:] = copy.deepcopy(batch.prompts)  # TRL scores and logs the caller's list: the replaced prompts
+        self._precomputed_rewards = rewards
+        metrics = self._metrics["train"]
+        metrics["dynamic_sampling/filtered_groups"].append(float(outcome.filtered_groups))
+        metrics["dynamic_sampling/rounds"].append(float(outcome.rounds))
+        metrics["dynamic_sampling/generated_groups"].append(
+            outcome.generated_groups / max(outcome.groups_with_signal, 1)
+        )
+        return current["agreement"]
 
     def _log_generation_metrics(
-        self,
-        mode: str,
-        table: torch.Tensor,
-        global_keep: torch.Tensor,
-        group_kept: torch.Tensor,
-        stats: dict[str, int],
-        reasons: Sequence[str],
+        self, mode: str, agreement: GroupAgreement, stats: dict[str, int], reasons: Sequence[str]
     ) -> None:
         """Log TRL's completion metrics over kept rows only, plus the generation robustness counters."""
+        table, global_keep, group_kept = agreement.table, agreement.global_keep, agreement.group_kept
         metrics = self._metrics[mode]
         device = self.accelerator.device
         local_stats = torch.tensor([stats[key] for key in STAT_KEYS], dtype=torch.long, device=device)
@@ -261,6 +340,10 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------------------------------------ rewards
     def _calculate_rewards(self, inputs: list, prompts: list, completions: list, completion_ids_list: list):
+        if self._precomputed_rewards is not None:  # dynamic sampling already scored the final rows
+            rewards_per_func, self._precomputed_rewards = self._precomputed_rewards, None
+            self._last_rewards_per_func = rewards_per_func
+            return rewards_per_func
         keep = self._global_row_keep
         if keep is None or bool(keep.all()):
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -280,6 +363,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs: list) -> dict[str, Any]:
+        self._current_inputs = inputs  # dynamic sampling replaces rows (prompt and columns together) in place
         output = super()._generate_and_score_completions(inputs)
         if self.listwise is not None:
             mode = "train" if self.model.training else "eval"

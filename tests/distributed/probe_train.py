@@ -2,7 +2,8 @@
 
 Each process holds 6 rows and groups have 4, so the middle group of every generation batch straddles the two
 processes. Usage: probe_train.py OUTPUT_DIR MODE, MODE "straddle" (process 1 never completes its part of the straddling
-group, no retries) or "faults" (random faults with retries, listwise objective). Each process writes rank<r>.json.
+group, no retries), "faults" (random faults with retries, listwise objective) or "dynamic" (dynamic sampling with a
+reward that is constant for even prompts, with faults). Each process writes rank<r>.json.
 """
 
 from __future__ import annotations
@@ -17,6 +18,15 @@ from maxent_grpo import MaxEntGRPOTrainer
 from tests.integration.test_alignment_probe import AlignmentReward
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
+
+
+class EvenPromptsConstantReward(AlignmentReward):
+    """The alignment probe, with reward 0 for every completion of an even-numbered prompt."""
+
+    def __call__(self, prompts, completions, completion_ids, answer, **kwargs):
+        rewards = super().__call__(prompts, completions, completion_ids, answer, **kwargs)
+        rows = zip(prompts, completions, rewards, strict=True)
+        return [0.0 if int(p[1:-1]) % 2 == 0 else r + int(c[-1]) for p, c, r in rows]
 
 
 class RecordingTrainer(MaxEntGRPOTrainer):
@@ -42,8 +52,10 @@ def main() -> None:
         generation_max_consecutive_empty_batches=4,
         maxent_objective="listwise" if mode == "faults" else "grpo",
         maxent_mode_key="first_token" if mode == "faults" else None,
+        dynamic_sampling=mode == "dynamic",
+        dynamic_sampling_max_rounds=12,
     )
-    reward = AlignmentReward()
+    reward = EvenPromptsConstantReward() if mode == "dynamic" else AlignmentReward()
     trainer = RecordingTrainer(
         model=model,
         reward_funcs=reward,
@@ -64,7 +76,7 @@ def main() -> None:
     trainer.train()
     checksum = sum(p.detach().double().sum().item() for p in trainer.model.parameters())
     logs = [
-        {k: v for k, v in entry.items() if k.startswith(("generation/", "loss", "maxent/"))}
+        {k: v for k, v in entry.items() if k.startswith(("generation/", "loss", "maxent/", "dynamic_sampling/"))}
         for entry in trainer.state.log_history
     ]
     out = {

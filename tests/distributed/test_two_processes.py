@@ -59,3 +59,18 @@ def test_random_faults_listwise_two_processes(tmp_path):
     logs = [e for e in rank0["logs"] if "generation/retried_prompts" in e]
     assert sum(e["generation/retried_prompts"] for e in logs) > 0
     assert all("maxent/tau" in e for e in logs)
+
+
+def test_dynamic_sampling_two_processes(tmp_path):
+    rank0, rank1 = _launch(tmp_path, "dynamic")
+    for record0, record1 in zip(rank0["records"], rank1["records"], strict=True):
+        assert record0["global_keep"] == record1["global_keep"]
+        prompts = record0["prompts"] + record1["prompts"]
+        for start in range(0, 12, 4):
+            group = prompts[start : start + 4]
+            assert len(set(group)) == 1  # a refilled group is one prompt, also when it straddles the processes
+            if all(record0["global_keep"][start : start + 4]):
+                assert int(group[0][1:-1]) % 2 == 1  # every kept group has signal: constant prompts were replaced
+    logs = [e for e in rank0["logs"] if "dynamic_sampling/rounds" in e]
+    assert len(logs) == 4 and sum(e["dynamic_sampling/filtered_groups"] for e in logs) > 0
+    assert rank0["checksum"] == pytest.approx(rank1["checksum"], abs=1e-9)

@@ -1,0 +1,116 @@
+"""Dynamic sampling: groups without learning signal are refilled from the data, through the same retry/drop path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from datasets import Dataset
+
+from maxent_grpo import MaxEntGRPOTrainer
+from tests.support.tagged_backend import TaggedBackend, prompt_tag
+from tests.support.training import tiny_config, tiny_model_and_tokenizer
+
+pytestmark = pytest.mark.slow
+
+
+class HalfConstantReward:
+    """Constant 0 for prompts "c<i>:", a varying, prompt-checked reward for prompts "v<i>:"."""
+
+    __name__ = "half_constant"
+
+    def __call__(self, prompts, completions, answer, **kwargs):
+        rewards = []
+        for prompt, completion, answer_tag in zip(prompts, completions, answer, strict=True):
+            tag = completion.split("|")[0]
+            if tag != prompt_tag(prompt) or tag != answer_tag:
+                raise AssertionError(
+                    f"misaligned row: prompt={prompt!r} answer={answer_tag!r} completion={completion!r}"
+                )
+            rewards.append(0.0 if prompt.startswith("c") else float(completion[-1]))
+        return rewards
+
+
+class RewardRecorder(MaxEntGRPOTrainer):
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.trained_rewards.append(self._last_rewards_per_func[:, 0].clone())
+        self.trained_prompts.append([row["prompt"] for row in inputs])
+        return output
+
+
+def _dataset(constant: int, varying: int) -> Dataset:
+    prompts = [f"c{i}:" for i in range(constant)] + [f"v{i}:" for i in range(varying)]
+    return Dataset.from_dict({"prompt": prompts, "answer": [p.rstrip(":") for p in prompts]})
+
+
+def _trainer(tmp_path, dataset, backend=None, **overrides):
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = tiny_config(tmp_path, per_device_train_batch_size=8, num_generations=4, dynamic_sampling=True, **overrides)
+    trainer = RewardRecorder(
+        model=model,
+        reward_funcs=HalfConstantReward(),
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        generation_backend=backend or TaggedBackend(tokenizer, slot_failure_rate=0.2),
+    )
+    trainer.trained_rewards, trainer.trained_prompts = [], []
+    return trainer
+
+
+def _logged(trainer, key):
+    return [entry[key] for entry in trainer.state.log_history if key in entry]
+
+
+def test_every_trained_group_has_signal_and_columns_travel_with_prompts(tmp_path):
+    trainer = _trainer(tmp_path, _dataset(8, 8), max_steps=4, dynamic_sampling_max_rounds=12)
+    trainer.train()
+    assert len(trainer.trained_rewards) == 4
+    for rewards, prompts in zip(trainer.trained_rewards, trainer.trained_prompts, strict=True):
+        groups = rewards.view(-1, 4)
+        assert torch.isfinite(groups).all()
+        assert (groups.max(dim=1).values - groups.min(dim=1).values > 0).all(), groups
+        assert all(p.startswith("v") for p in prompts)  # constant-reward prompts were all replaced
+    filtered = _logged(trainer, "dynamic_sampling/filtered_groups")
+    rounds = _logged(trainer, "dynamic_sampling/rounds")
+    generated = _logged(trainer, "dynamic_sampling/generated_groups")
+    assert len(filtered) == len(rounds) == len(generated) == 4
+    assert sum(filtered) > 0 and sum(rounds) > 0
+    assert all(g >= 1.0 for g in generated)
+
+
+def test_cap_is_respected_and_training_continues(tmp_path):
+    trainer = _trainer(tmp_path, _dataset(8, 0), max_steps=2, dynamic_sampling_max_rounds=2)
+    trainer.train()
+    assert _logged(trainer, "dynamic_sampling/rounds") == [2.0, 2.0]
+    assert _logged(trainer, "dynamic_sampling/filtered_groups") == [2.0, 2.0]
+    assert _logged(trainer, "dynamic_sampling/generated_groups") == [6.0, 6.0]  # 2 + 2 * 2 refills, none with signal
+    assert all(loss == 0.0 for loss in _logged(trainer, "loss"))
+
+
+def test_cap_can_stop_the_run(tmp_path):
+    trainer = _trainer(tmp_path, _dataset(8, 0), max_steps=2, dynamic_sampling_max_rounds=1,
+                       dynamic_sampling_at_cap="error")  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"still have no learning signal after dynamic_sampling_max_rounds=1"):
+        trainer.train()
+
+
+def test_works_with_the_listwise_objective(tmp_path):
+    trainer = _trainer(
+        tmp_path,
+        _dataset(8, 8),
+        max_steps=3,
+        dynamic_sampling_max_rounds=12,
+        maxent_objective="listwise",
+        maxent_mode_key="last_line",
+    )
+    trainer.train()
+    for rewards in trainer.trained_rewards:
+        groups = rewards.view(-1, 4)
+        assert (groups.max(dim=1).values - groups.min(dim=1).values > 0).all()
+    assert len(_logged(trainer, "maxent/weight_entropy")) == 3
+
+
+def test_unknown_metric_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match=r"dynamic_sampling_metric='nope' is invalid.*half_constant"):
+        _trainer(tmp_path, _dataset(4, 4), dynamic_sampling_metric="nope")
