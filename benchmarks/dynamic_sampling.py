@@ -1,0 +1,139 @@
+"""Dynamic sampling on a rare-success task: reward after the same number of optimizer steps, and wall time.
+
+Task: prompts "say <c>:" for 26 letters c; reward 1 when the completion's first character is c. The tiny random model
+hits the right letter with probability about 1/100 per sample, so with 8 samples per prompt about 92% of the groups
+start with all rewards equal (zero advantage: nothing to learn). Both arms train MaxEntGRPOTrainer (GRPO objective)
+on the same model, data and seeds for the same number of optimizer steps; one refills the groups without signal
+(`dynamic_sampling=True`), the other does not. Runs alternate (off, on, off, on, ...) in one process. The script
+prints, per seed and on average, the mean reward of 256 samples after training (over all letters), the share of
+trained groups that had signal, and the wall time, with the on/off ratios.
+
+    python benchmarks/dynamic_sampling.py [--steps 40] [--seeds 3] [--max-rounds 8]
+
+Takes about 5-10 minutes on 2 CPU cores. Writes a JSON of the figures to --output-dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import string
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers import PrinterCallback, ProgressCallback
+from transformers.utils import logging as hf_logging
+
+from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
+from maxent_grpo.rewards import completion_text
+from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
+
+LETTERS = string.ascii_lowercase
+
+
+def says_the_letter(prompts: list[str], completions: list, **kwargs: Any) -> list[float]:
+    """1.0 when the completion starts with the letter the prompt asks for ("say c:")."""
+    return [float(completion_text(c)[:1] == p[4]) for p, c in zip(prompts, completions, strict=True)]
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, tokenizer: Any, samples: int, seed: int) -> float:
+    """Mean reward of ``samples`` sampled completions, spread evenly over the letters."""
+    torch.manual_seed(seed)
+    model.eval()
+    hits = 0
+    per_letter = max(samples // len(LETTERS), 1)
+    for letter in LETTERS:
+        prompt_ids = torch.tensor([tokenizer(f"say {letter}:")["input_ids"]] * per_letter, device=model.device)
+        out = model.generate(
+            input_ids=prompt_ids,
+            attention_mask=torch.ones_like(prompt_ids),
+            do_sample=True,
+            max_new_tokens=1,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        hits += sum(tokenizer.decode(row[-1:]) == letter for row in out.tolist())
+    return hits / (per_letter * len(LETTERS))
+
+
+def train(dynamic: bool, seed: int, steps: int, max_rounds: int) -> dict[str, float]:
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=seed)
+    dataset = Dataset.from_dict({"prompt": [f"say {c}:" for c in LETTERS] * 8})
+    with tempfile.TemporaryDirectory() as output_dir:
+        args = MaxEntGRPOConfig(
+            output_dir=output_dir,
+            per_device_train_batch_size=32,
+            num_generations=8,
+            max_completion_length=2,
+            max_steps=steps,
+            learning_rate=3e-3,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            use_cpu=True,
+            seed=seed,
+            disable_tqdm=True,
+            dynamic_sampling=dynamic,
+            dynamic_sampling_max_rounds=max_rounds,
+        )
+        trainer = MaxEntGRPOTrainer(
+            model=model, reward_funcs=says_the_letter, args=args, train_dataset=dataset, processing_class=tokenizer
+        )
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+        start = time.perf_counter()
+        trainer.train()
+        wall = time.perf_counter() - start
+    zero_std = [e["frac_reward_zero_std"] for e in trainer.state.log_history if "frac_reward_zero_std" in e]
+    return {
+        "reward_after": evaluate(trainer.model, tokenizer, samples=256, seed=seed),
+        "groups_with_signal": 1.0 - sum(zero_std) / len(zero_std),
+        "wall_seconds": wall,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--max-rounds", type=int, default=8)
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/results/dynamic_sampling"))
+    options = parser.parse_args()
+    hf_logging.set_verbosity_error()
+
+    results: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+    for seed in range(options.seeds):
+        for arm in ("off", "on"):
+            figures = train(arm == "on", seed, options.steps, options.max_rounds)
+            results[arm].append(figures)
+            print(
+                f"seed {seed} dynamic sampling {arm:>3}: reward after {figures['reward_after']:.3f}, "
+                f"groups with signal {figures['groups_with_signal']:.2f}, wall {figures['wall_seconds']:.1f} s",
+                flush=True,
+            )
+
+    def mean(arm: str, key: str) -> float:
+        return sum(r[key] for r in results[arm]) / len(results[arm])
+
+    print(f"\n{'':<28}{'off':>10}{'on':>10}{'on/off':>10}")
+    for key, label in (
+        ("reward_after", "reward after training"),
+        ("groups_with_signal", "trained groups with signal"),
+        ("wall_seconds", "wall time (s)"),
+    ):
+        off, on = mean("off", key), mean("on", key)
+        ratio = on / off if off else float("inf")
+        print(f"{label:<28}{off:>10.3f}{on:>10.3f}{ratio:>10.2f}")
+    options.output_dir.mkdir(parents=True, exist_ok=True)
+    summary = {"settings": vars(options) | {"output_dir": str(options.output_dir)}, "runs": results}
+    (options.output_dir / "dynamic_sampling.json").write_text(json.dumps(summary, indent=2))
+    print(f"\nwrote {options.output_dir / 'dynamic_sampling.json'}")
+
+
+if __name__ == "__main__":
+    main()
