@@ -1,0 +1,57 @@
+"""Reward functions never see dropped rows; their per-row outputs and extra logs return to full rows."""
+
+from __future__ import annotations
+
+import asyncio
+
+from trl.trainer.utils import is_async_callable
+
+from maxent_grpo.training.reward_masking import mask_dropped_rows
+
+
+def test_only_kept_rows_reach_the_function_and_results_scatter_back():
+    seen = {}
+    logged = {}
+
+    def reward(prompts, completions, completion_ids, answer, trainer_state=None, log_extra=None, **kwargs):
+        seen.update(prompts=prompts, answer=answer, state=trainer_state)
+        log_extra("note", [f"n-{p}" for p in prompts])
+        return [float(len(c)) for c in completions]
+
+    keep = [True, False, True]
+    wrapped = mask_dropped_rows(reward, lambda: keep)
+    assert wrapped.__name__ == "reward"
+    out = wrapped(
+        prompts=["a", "b", "c"],
+        completions=["x", "yy", "zzz"],
+        completion_ids=[[1], [2, 2], [3, 3, 3]],
+        answer=["A", "B", "C"],
+        trainer_state="state",
+        log_extra=lambda column, values: logged.update({column: values}),
+    )
+    assert out == [1.0, None, 3.0]
+    assert seen == {"prompts": ["a", "c"], "answer": ["A", "C"], "state": "state"}
+    assert logged == {"note": ["n-a", None, "n-c"]}
+
+
+def test_all_kept_passes_through_and_none_kept_never_calls():
+    calls = []
+
+    def reward(prompts, completions, completion_ids, **kwargs):
+        calls.append(prompts)
+        return [0.5] * len(prompts)
+
+    assert mask_dropped_rows(reward, lambda: None)(prompts=["a"], completions=["x"], completion_ids=[[1]]) == [0.5]
+    dropped_all = mask_dropped_rows(reward, lambda: [False, False])
+    assert dropped_all(prompts=["a", "b"], completions=["x", "y"], completion_ids=[[1], [2]]) == [None, None]
+    assert calls == [["a"]]
+
+
+def test_async_reward_functions_stay_async():
+    async def reward(prompts, completions, completion_ids, **kwargs):
+        return [1.0] * len(prompts)
+
+    wrapped = mask_dropped_rows(reward, lambda: [False, True])
+    assert is_async_callable(wrapped)
+    out = asyncio.run(wrapped(prompts=["a", "b"], completions=["x", "y"], completion_ids=[[1], [2]]))
+    assert out == [None, 1.0]
