@@ -1,14 +1,14 @@
 """Dynamic sampling on a rare-success task: reward after the same number of optimizer steps, and wall time.
 
-Task: prompts "say <c>:" for 26 letters c; reward 1 when the completion's first character is c. The tiny random model
-hits the right letter with probability about 1/100 per sample, so with 8 samples per prompt about 92% of the groups
+Task: 64 prompts "item <i>:"; reward 1 when the completion starts with a rare character ("x", "y" or "z"). The tiny
+random model samples one of them with probability about 3/100, so with 8 samples per prompt about 78% of the groups
 start with all rewards equal (zero advantage: nothing to learn). Both arms train MaxEntGRPOTrainer (GRPO objective)
 on the same model, data and seeds for the same number of optimizer steps; one refills the groups without signal
 (`dynamic_sampling=True`), the other does not. Runs alternate (off, on, off, on, ...) in one process. The script
 prints, per seed and on average, the mean reward of 256 samples after training (over all letters), the share of
 trained groups that had signal, and the wall time, with the on/off ratios.
 
-    python benchmarks/dynamic_sampling.py [--steps 40] [--seeds 3] [--max-rounds 8]
+    python benchmarks/dynamic_sampling.py [--steps 30] [--seeds 3] [--max-rounds 4]
 
 Takes about 5-10 minutes on 2 CPU cores. Writes a JSON of the figures to --output-dir.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import string
 import tempfile
 import time
 from pathlib import Path
@@ -32,23 +31,24 @@ from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
 from maxent_grpo.rewards import completion_text
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 
-LETTERS = string.ascii_lowercase
+RARE = "xyz"
+PROMPTS = [f"item {i}:" for i in range(64)]
 
 
-def says_the_letter(prompts: list[str], completions: list, **kwargs: Any) -> list[float]:
-    """1.0 when the completion starts with the letter the prompt asks for ("say c:")."""
-    return [float(completion_text(c)[:1] == p[4]) for p, c in zip(prompts, completions, strict=True)]
+def rare_start(completions: list, **kwargs: Any) -> list[float]:
+    """1.0 when the completion starts with a rare character ("x", "y" or "z")."""
+    return [float(completion_text(c)[:1] in RARE) for c in completions]
 
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, tokenizer: Any, samples: int, seed: int) -> float:
-    """Mean reward of ``samples`` sampled completions, spread evenly over the letters."""
+    """Mean reward of ``samples`` sampled completions, spread evenly over the prompts."""
     torch.manual_seed(seed)
     model.eval()
     hits = 0
-    per_letter = max(samples // len(LETTERS), 1)
-    for letter in LETTERS:
-        prompt_ids = torch.tensor([tokenizer(f"say {letter}:")["input_ids"]] * per_letter, device=model.device)
+    per_prompt = max(samples // len(PROMPTS), 1)
+    for prompt in PROMPTS:
+        prompt_ids = torch.tensor([tokenizer(prompt)["input_ids"]] * per_prompt, device=model.device)
         out = model.generate(
             input_ids=prompt_ids,
             attention_mask=torch.ones_like(prompt_ids),
@@ -56,14 +56,14 @@ def evaluate(model: torch.nn.Module, tokenizer: Any, samples: int, seed: int) ->
             max_new_tokens=1,
             pad_token_id=tokenizer.pad_token_id,
         )
-        hits += sum(tokenizer.decode(row[-1:]) == letter for row in out.tolist())
-    return hits / (per_letter * len(LETTERS))
+        hits += sum(tokenizer.decode(row[-1:]) in RARE for row in out.tolist())
+    return hits / (per_prompt * len(PROMPTS))
 
 
 def train(dynamic: bool, seed: int, steps: int, max_rounds: int) -> dict[str, float]:
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=seed)
-    dataset = Dataset.from_dict({"prompt": [f"say {c}:" for c in LETTERS] * 8})
+    dataset = Dataset.from_dict({"prompt": PROMPTS * 4})
     with tempfile.TemporaryDirectory() as output_dir:
         args = MaxEntGRPOConfig(
             output_dir=output_dir,
@@ -71,7 +71,7 @@ def train(dynamic: bool, seed: int, steps: int, max_rounds: int) -> dict[str, fl
             num_generations=8,
             max_completion_length=2,
             max_steps=steps,
-            learning_rate=3e-3,
+            learning_rate=1e-2,
             logging_steps=1,
             save_strategy="no",
             report_to="none",
@@ -82,7 +82,7 @@ def train(dynamic: bool, seed: int, steps: int, max_rounds: int) -> dict[str, fl
             dynamic_sampling_max_rounds=max_rounds,
         )
         trainer = MaxEntGRPOTrainer(
-            model=model, reward_funcs=says_the_letter, args=args, train_dataset=dataset, processing_class=tokenizer
+            model=model, reward_funcs=rare_start, args=args, train_dataset=dataset, processing_class=tokenizer
         )
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
@@ -99,9 +99,9 @@ def train(dynamic: bool, seed: int, steps: int, max_rounds: int) -> dict[str, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--max-rounds", type=int, default=8)
+    parser.add_argument("--max-rounds", type=int, default=4)
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/results/dynamic_sampling"))
     options = parser.parse_args()
     hf_logging.set_verbosity_error()
