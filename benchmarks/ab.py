@@ -1,0 +1,15 @@
+"""A/B benchmark: stock GRPOTrainer ("before") vs MaxEntGRPOTrainer ("after"), N seeds each, with verdicts.
+
+    python benchmarks/ab.py [--arms before,after] [--seeds 3] [--recipe tiny|tldr] [--output-dir DIR]
+
+Same as ``maxent-grpo bench``; ``--help`` lists every option. The logic lives in `maxent_grpo.bench`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from maxent_grpo.bench import main
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
