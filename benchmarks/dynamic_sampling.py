@@ -1,16 +1,18 @@
 """Dynamic sampling on a rare-success task: reward after the same number of optimizer steps, and wall time.
 
-Task: 64 prompts "item <i>:"; reward 1 when the completion starts with a rare character ("x", "y" or "z"). The tiny
-random model samples one of them with probability about 3/100, so with 8 samples per prompt about 78% of the groups
-start with all rewards equal (zero advantage: nothing to learn). Both arms train MaxEntGRPOTrainer (GRPO objective)
-on the same model, data and seeds for the same number of optimizer steps; one refills the groups without signal
-(`dynamic_sampling=True`), the other does not. Runs alternate (off, on, off, on, ...) in one process. The script
-prints, per seed and on average, the mean reward of 256 samples after training (over all letters), the share of
-trained groups that had signal, and the wall time, with the on/off ratios.
+Task: 64 prompts, as in real data sets a mix of prompts the model can learn and prompts it cannot: for the 16
+"solvable <i>:" prompts the reward is 1 when the completion starts with a rare character ("x", "y" or "z"), for the 48
+"unsolvable <i>:" prompts it is always 0. The tiny random model samples a rare character with probability about 3/100,
+so with 8 samples per prompt about 95% of the groups start with all rewards equal (zero advantage: nothing to learn),
+and the 75% unsolvable ones stay that way. Both arms train MaxEntGRPOTrainer (GRPO objective) on the same model,
+data and seeds for the same number of optimizer steps; one refills the groups without signal (`dynamic_sampling=True`),
+the other does not. Runs alternate (off, on, off, on, ...) in one process. The script prints, per seed and on
+average, the mean reward of 256 samples on the solvable prompts after training, the share of trained groups that had
+signal, and the wall time, with the on/off ratios.
 
-    python benchmarks/dynamic_sampling.py [--steps 30] [--seeds 3] [--max-rounds 4]
+    python benchmarks/dynamic_sampling.py [--steps 40] [--seeds 3] [--max-rounds 4]
 
-Takes about 5-10 minutes on 2 CPU cores. Writes a JSON of the figures to --output-dir.
+Takes a few minutes on 2 CPU cores. Writes a JSON of the figures to --output-dir.
 """
 
 from __future__ import annotations
@@ -32,22 +34,26 @@ from maxent_grpo.rewards import completion_text
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 
 RARE = "xyz"
-PROMPTS = [f"item {i}:" for i in range(64)]
+SOLVABLE = [f"solvable {i}:" for i in range(16)]
+PROMPTS = SOLVABLE + [f"unsolvable {i}:" for i in range(48)]
 
 
-def rare_start(completions: list, **kwargs: Any) -> list[float]:
-    """1.0 when the completion starts with a rare character ("x", "y" or "z")."""
-    return [float(completion_text(c)[:1] in RARE) for c in completions]
+def rare_start(prompts: list[str], completions: list, **kwargs: Any) -> list[float]:
+    """1.0 when a solvable prompt's completion starts with a rare character ("x", "y" or "z"); else 0.0."""
+    return [
+        float(p.startswith("solvable") and completion_text(c)[:1] in RARE)
+        for p, c in zip(prompts, completions, strict=True)
+    ]
 
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, tokenizer: Any, samples: int, seed: int) -> float:
-    """Mean reward of ``samples`` sampled completions, spread evenly over the prompts."""
+    """Mean reward of ``samples`` sampled completions, spread evenly over the solvable prompts."""
     torch.manual_seed(seed)
     model.eval()
     hits = 0
-    per_prompt = max(samples // len(PROMPTS), 1)
-    for prompt in PROMPTS:
+    per_prompt = max(samples // len(SOLVABLE), 1)
+    for prompt in SOLVABLE:
         prompt_ids = torch.tensor([tokenizer(prompt)["input_ids"]] * per_prompt, device=model.device)
         out = model.generate(
             input_ids=prompt_ids,
@@ -57,7 +63,7 @@ def evaluate(model: torch.nn.Module, tokenizer: Any, samples: int, seed: int) ->
             pad_token_id=tokenizer.pad_token_id,
         )
         hits += sum(tokenizer.decode(row[-1:]) in RARE for row in out.tolist())
-    return hits / (per_prompt * len(PROMPTS))
+    return hits / (per_prompt * len(SOLVABLE))
 
 
 def train(dynamic: bool, seed: int, steps: int, max_rounds: int) -> dict[str, float]:
@@ -71,7 +77,7 @@ def train(dynamic: bool, seed: int, steps: int, max_rounds: int) -> dict[str, fl
             num_generations=8,
             max_completion_length=2,
             max_steps=steps,
-            learning_rate=1e-2,
+            learning_rate=5e-3,
             logging_steps=1,
             save_strategy="no",
             report_to="none",
@@ -99,7 +105,7 @@ def train(dynamic: bool, seed: int, steps: int, max_rounds: int) -> dict[str, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--max-rounds", type=int, default=4)
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/results/dynamic_sampling"))
