@@ -87,6 +87,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._last_rewards_per_func: torch.Tensor | None = None
         self._consecutive_empty_batches = 0
         self._window_has_data = False
+        self._vocab_size = len(self._tokenizer)
         self.reward_funcs = [
             func if isinstance(func, torch.nn.Module) else mask_dropped_rows(func, lambda: self._row_keep)
             for func in self.reward_funcs
@@ -151,7 +152,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     # --------------------------------------------------------------------------------------------- generation
     def _check_completion(self, completion: Completion) -> str | None:
-        vocab_size = len(self._tokenizer)
+        """Why a completion is unusable (I5), or None: failed, empty, or ids outside the tokenizer's vocabulary."""
+        vocab_size = self._vocab_size
         if completion.failed:
             return "backend marked the completion as failed"
         if not completion.completion_ids:
