@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 import torch
@@ -12,6 +12,7 @@ from transformers import PreTrainedTokenizerBase
 
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
 from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.backends.sampling import SamplingSettings
 
 
 class LLMEngine(Protocol):
@@ -20,29 +21,14 @@ class LLMEngine(Protocol):
     def generate(self, prompts: list[dict[str, Any]], sampling_params: Any, use_tqdm: bool = ...) -> list[Any]: ...
 
 
-@dataclass
-class SamplingSettings:
-    """The `vllm.SamplingParams` fields this backend sets; used as-is when vLLM is not installed."""
-
-    n: int
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    logprobs: int | None = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _to_engine_params(settings: SamplingSettings) -> Any:
-    """Return real `vllm.SamplingParams` when vLLM is importable, else the settings object itself."""
+def _to_engine_params(settings: SamplingSettings, n: int, extra: dict[str, Any]) -> Any:
+    """Real `vllm.SamplingParams` when vLLM is importable, else a namespace with the same fields (for test engines)."""
+    fields = {"n": n, "logprobs": 0, **settings.as_dict(), **extra}
     if importlib.util.find_spec("vllm") is None:
-        return settings
+        return SimpleNamespace(**fields)
     from vllm import SamplingParams
 
-    fields = {k: v for k, v in vars(settings).items() if k != "extra"}
-    return SamplingParams(**fields, **settings.extra)
+    return SamplingParams(**fields)
 
 
 def _sampled_logprobs(token_ids: Sequence[int], position_logprobs: Sequence[dict[int, Any]] | None) -> list | None:
@@ -82,22 +68,18 @@ class VLLMColocateBackend:
         chat_template_kwargs: dict[str, Any] | None = None,
         weight_sync: Callable[[], None] | None = None,
     ) -> None:
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens={max_tokens!r} is invalid: expected an integer >= 1.")
-        if not temperature > 0:
-            raise ValueError(f"temperature={temperature!r} is invalid: expected a number > 0.")
         self.engine = engine
         self.tokenizer = tokenizer
         self.chat_template_kwargs = chat_template_kwargs or {}
         self.weight_sync = weight_sync
-        self._settings = {
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
-            "top_k": top_k,
-            "min_p": min_p,
-            "repetition_penalty": repetition_penalty,
-        }
+        self._settings = SamplingSettings(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            min_p=min_p,
+            repetition_penalty=repetition_penalty,
+        )
         self._extra = dict(generation_kwargs or {})
 
     def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
@@ -107,7 +89,7 @@ class VLLMColocateBackend:
             return groups
         prompt_ids = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.chat_template_kwargs)
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
-        params = [_to_engine_params(SamplingSettings(n=counts[i], **self._settings, extra=self._extra)) for i in asked]
+        params = [_to_engine_params(self._settings, counts[i], self._extra) for i in asked]
         outputs = self.engine.generate(requests, sampling_params=params, use_tqdm=False)
         for index, output in zip(asked, outputs, strict=True):
             used_prompt_ids = [int(t) for t in output.prompt_token_ids]

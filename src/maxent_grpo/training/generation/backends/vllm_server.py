@@ -24,7 +24,6 @@ this module's logger with distinct prefixes and counted in ``VLLMServerBackend.s
 from __future__ import annotations
 
 import logging
-import math
 import random
 import threading
 import time
@@ -40,6 +39,7 @@ from trl.generation.vllm_client import parse_logprobs
 
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
 from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.backends.sampling import SamplingSettings, check_int, check_number
 
 logger = logging.getLogger(__name__)
 
@@ -63,29 +63,6 @@ class VLLMServerRequestError(RuntimeError):
             "(for example a wrong model name or an invalid sampling parameter) and is not retried."
         )
         self.status_code = status_code
-
-
-def _check_number(name: str, value: Any, *, low: float, high: float = math.inf, low_open: bool = False) -> float:
-    """Return ``value`` as a float, or raise ValueError naming the field, the value and the allowed range."""
-    is_number = isinstance(value, int | float) and not isinstance(value, bool)
-    in_range = is_number and math.isfinite(value) and (value > low if low_open else value >= low) and value <= high
-    if not in_range:
-        bracket = "(" if low_open else "["
-        upper = "inf)" if high == math.inf else f"{high}]"
-        raise ValueError(f"{name} must be a finite number in {bracket}{low}, {upper}, got {value!r}")
-    return float(value)
-
-
-def _check_int(name: str, value: Any, *, low: int, allowed: str | None = None) -> int:
-    """Return ``value`` if it is an int >= ``low``, else raise ValueError naming the field, value and allowed range."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be {allowed or f'an integer >= {low}'}, got {value!r}")
-    return value
-
-
-def _check_top_k(value: Any) -> int:
-    """vLLM turns top-k off with 0 or -1; anything else must be a positive integer."""
-    return _check_int("top_k", value, low=-1, allowed="-1, 0 (off) or a positive integer")
 
 
 def _check_kwargs(name: str, value: Any) -> dict[str, Any]:
@@ -195,14 +172,14 @@ class VLLMServerBackend:
         self.base_url = base_url.rstrip("/")
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
-        self.sampling = {
-            "max_tokens": _check_int("max_tokens", max_tokens, low=1),
-            "temperature": _check_number("temperature", temperature, low=0.0, low_open=True),
-            "top_p": _check_number("top_p", top_p, low=0.0, high=1.0, low_open=True),
-            "top_k": _check_top_k(top_k),
-            "min_p": _check_number("min_p", min_p, low=0.0, high=1.0),
-            "repetition_penalty": _check_number("repetition_penalty", repetition_penalty, low=0.0, low_open=True),
-        }
+        self.sampling = SamplingSettings(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            min_p=min_p,
+            repetition_penalty=repetition_penalty,
+        ).as_dict()
         self.generation_kwargs = _check_kwargs("generation_kwargs", generation_kwargs)
         reserved = sorted(_RESERVED_REQUEST_FIELDS & self.generation_kwargs.keys())
         if reserved:
@@ -210,11 +187,11 @@ class VLLMServerBackend:
                 f"generation_kwargs must not set {reserved}: the backend sets them itself, got {generation_kwargs!r}"
             )
         self.chat_template_kwargs = _check_kwargs("chat_template_kwargs", chat_template_kwargs)
-        self.request_timeout = _check_number("request_timeout", request_timeout, low=0.0, low_open=True)
-        self.max_attempts = _check_int("max_attempts", max_attempts, low=1)
-        self.backoff_seconds = _check_number("backoff_seconds", backoff_seconds, low=0.0)
-        self.max_concurrency = _check_int("max_concurrency", max_concurrency, low=1)
-        self.connection_timeout = _check_number("connection_timeout", connection_timeout, low=0.0)
+        self.request_timeout = check_number("request_timeout", request_timeout, low=0.0, low_open=True)
+        self.max_attempts = check_int("max_attempts", max_attempts, low=1)
+        self.backoff_seconds = check_number("backoff_seconds", backoff_seconds, low=0.0)
+        self.max_concurrency = check_int("max_concurrency", max_concurrency, low=1)
+        self.connection_timeout = check_number("connection_timeout", connection_timeout, low=0.0)
         self.weight_sync = weight_sync
 
         self.stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
@@ -232,7 +209,7 @@ class VLLMServerBackend:
         if len(prompts) != len(counts):
             raise ValueError(f"counts must have one entry per prompt ({len(prompts)}), got {len(counts)}")
         for i, count in enumerate(counts):
-            _check_int(f"counts[{i}]", count, low=0)
+            check_int(f"counts[{i}]", count, low=0)
         groups: list[list[Completion]] = [[] for _ in prompts]
         asked = [i for i, count in enumerate(counts) if count > 0]
         if not asked:
