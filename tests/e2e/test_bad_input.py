@@ -1,0 +1,115 @@
+"""Bad input ends `maxent-grpo` with exit code 2 and one clear line on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import datasets
+import pytest
+
+from maxent_grpo.cli import main
+from tests.e2e.cli_runner import DEMO_RECIPE, offline_env, run_cli
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def _recipe_with(tmp_path: Path, extra: str) -> str:
+    return _write(tmp_path / "recipe.yaml", DEMO_RECIPE.read_text() + extra)
+
+
+def _prompts_without_prompt_column(tmp_path: Path) -> str:
+    path = tmp_path / "questions.jsonl"
+    path.write_text("\n".join(json.dumps({"question": f"q{i}"}) for i in range(4)))
+    return str(path)
+
+
+TRAIN = ["train", "--config", str(DEMO_RECIPE)]
+
+# (case id, argv builder taking tmp_path, text the error line must contain)
+CASES = [
+    ("unknown-field", lambda t: [*TRAIN, "--not_a_field", "1"], "'--not_a_field'"),
+    ("unknown-field-in-recipe", lambda t: ["train", "--config", _recipe_with(t, "not_a_field: 1\n")], "'not_a_field'"),
+    ("wrong-type", lambda t: [*TRAIN, "--learning_rate", "fast"], "invalid float value: 'fast'"),
+    (
+        "wrong-type-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "max_steps: many\n")],
+        "max_steps='many'",
+    ),
+    (
+        "invalid-choice-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "maxent_objective: best\n")],
+        "maxent_objective='best'",
+    ),
+    ("missing-recipe", lambda t: ["train", "--config", str(t / "missing.yaml")], "missing.yaml"),
+    ("recipe-not-yaml", lambda t: ["train", "--config", _recipe_with(t, "- a list item\n")], "not valid YAML"),
+    ("recipe-not-a-mapping", lambda t: ["train", "--config", _write(t / "list.yaml", "- a\n- b\n")], "mapping"),
+    ("missing-required", lambda t: ["train", "--dataset_name", "vowels"], "--model_name_or_path"),
+    (
+        "dataset-without-prompt-column",
+        lambda t: [*TRAIN, "--dataset_name", _prompts_without_prompt_column(t)],
+        "no 'prompt' column",
+    ),
+    ("unknown-dataset", lambda t: [*TRAIN, "--dataset_name", "no-such-org/no-such-dataset"], "no-such-dataset"),
+    ("unknown-model", lambda t: [*TRAIN, "--model_name_or_path", str(t / "no-model")], "no-model"),
+    ("unknown-hub-model", lambda t: [*TRAIN, "--model_name_or_path", "no-such-org/no-such-model"], "no-such-model"),
+    ("unknown-reward", lambda t: [*TRAIN, "--reward_funcs", "vowel_start", "nope"], "'nope'"),
+    ("reward-needs-a-column", lambda t: [*TRAIN, "--reward_funcs", "boxed_answer"], "'answer' column"),
+    (
+        "num-generations-does-not-divide",
+        lambda t: [*TRAIN, "--num_generations", "5"],
+        "must be divisible by num_generations (5)",
+    ),
+    ("invalid-config-value", lambda t: [*TRAIN, "--maxent_tau", "-1"], "maxent_tau=-1.0 is invalid"),
+    ("unknown-mode-key", lambda t: [*TRAIN, "--maxent_mode_key", "nope"], "maxent_mode_key='nope'"),
+    ("invalid-choice", lambda t: [*TRAIN, "--maxent_objective", "best"], "'best'"),
+    (
+        "missing-checkpoint",
+        lambda t: [*TRAIN, "--resume_from_checkpoint", str(t / "checkpoint-9")],
+        "resume_from_checkpoint=",
+    ),
+    ("demo-steps", lambda t: ["demo", "--steps", "0"], "--steps 0"),
+    ("demo-unknown-flag", lambda t: ["demo", "--fast"], "--fast"),
+    ("unknown-command", lambda t: ["fly"], "'fly'"),
+    ("no-command", lambda t: [], "expected a command"),
+]
+
+
+@pytest.fixture
+def quiet_datasets():
+    """No "Generating train split" progress bars from loading a local file before its columns are checked."""
+    datasets.disable_progress_bars()
+    yield
+    datasets.enable_progress_bars()
+
+
+@pytest.mark.parametrize(("argv", "expected"), [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_bad_input_exits_2_with_one_line(argv, expected, tmp_path, capsys, quiet_datasets):
+    code = main(argv(tmp_path))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("maxent-grpo"), err
+    assert "error:" in err and expected in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_vllm_requested_but_not_installed(capsys):
+    code = main([*TRAIN, "--use_vllm", "true", "--vllm_mode", "colocate"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "use_vllm=True" in err and "vLLM" in err, err
+
+
+def test_console_script_reports_bad_input_in_one_line(tmp_path):
+    result = run_cli([*TRAIN, "--maxent_tau", "-1"], offline_env(tmp_path))
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip() == "maxent-grpo train: error: maxent_tau=-1.0 is invalid: expected a finite number >= 0."
+    )
+    assert result.stdout == ""

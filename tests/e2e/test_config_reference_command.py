@@ -1,0 +1,41 @@
+"""`maxent-grpo config-reference`: the README's configuration reference is generated and kept current."""
+
+from __future__ import annotations
+
+from maxent_grpo.cli import main
+from maxent_grpo.config_reference import COMMAND, END_MARKER, START_MARKER, current_block, render_config_reference
+from tests.e2e.cli_runner import ROOT
+
+
+def test_readme_configuration_reference_is_up_to_date():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert current_block(readme) == render_config_reference().strip(), (
+        f"README.md's configuration reference is out of date: run `{COMMAND}`"
+    )
+
+
+def test_reference_lists_own_fields_and_script_arguments_only():
+    reference = render_config_reference()
+    for name in ("maxent_objective", "maxent_mode_key", "generation_max_retries", "kl_target", "dataset_name"):
+        assert f"| `{name}` |" in reference
+    for inherited in ("learning_rate", "num_generations", "use_vllm"):  # TRL's fields are documented by TRL
+        assert f"| `{inherited}` |" not in reference
+
+
+def test_write_replaces_only_the_marked_block(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nbefore\n\n{START_MARKER}\nstale\n{END_MARKER}\n\nafter\n", encoding="utf-8")
+    assert main(["config-reference", "--write", str(readme)]) == 0
+    text = readme.read_text(encoding="utf-8")
+    assert text.startswith("# Title\n\nbefore\n\n") and text.endswith(f"{END_MARKER}\n\nafter\n")
+    assert "stale" not in text and current_block(text) == render_config_reference().strip()
+    assert main(["config-reference", "--write", str(readme)]) == 0
+    assert "already up to date" in capsys.readouterr().out
+
+
+def test_write_without_markers_is_bad_input(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("# No markers here\n", encoding="utf-8")
+    assert main(["config-reference", "--write", str(readme)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and START_MARKER in err

@@ -1,0 +1,26 @@
+"""`maxent-grpo demo`, shortened, as a real subprocess of the console script."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.e2e.cli_runner import offline_env, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_prints_before_after_table_and_logs_to_local_trackio(tmp_path):
+    result = run_cli(["demo", "--steps", "3"], offline_env(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert re.search(r"^\s+before\s+after$", out, re.MULTILINE), out
+    assert re.search(r"^mean reward\s+[01]\.\d\d\s+[01]\.\d\d$", out, re.MULTILINE), out
+    assert re.search(r"^answer coverage\s+[01]\.\d\d\s+[01]\.\d\d$", out, re.MULTILINE), out
+    assert re.search(r"^distinct vowels\s+[0-5]/5\s+[0-5]/5$", out, re.MULTILINE), out
+    assert "after 3 steps" in out
+    assert "trackio show --project maxent-grpo-demo" in out
+    assert "training: 100%" in result.stderr  # the progress bar
+    database = tmp_path / "trackio" / "maxent-grpo-demo.db"
+    assert database.is_file() and database.stat().st_size > 0, sorted(p.name for p in tmp_path.rglob("*"))

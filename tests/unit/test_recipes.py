@@ -1,0 +1,117 @@
+"""Every recipe parses with the CLI's parser into valid dataclasses, and every accelerate config is one accelerate
+accepts, without training or downloading anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate.commands.config.config_args import ClusterConfig
+from accelerate.commands.launch import launch_command_parser
+from accelerate.utils import DistributedType
+
+from maxent_grpo import demo
+from maxent_grpo.cli import parse_train_args
+from maxent_grpo.config import MaxEntGRPOConfig
+from maxent_grpo.rewards import REWARDS
+from maxent_grpo.script_args import (
+    TrainScriptArguments,
+    check_reward_columns,
+    load_model,
+    load_reward_funcs,
+    load_train_dataset,
+)
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+RECIPES = sorted((CONFIGS / "recipes").glob("*.yaml"))
+ACCELERATE_CONFIGS = sorted((CONFIGS / "accelerate").glob("*.yaml"))
+
+
+def _parse(recipe: Path) -> tuple[TrainScriptArguments, MaxEntGRPOConfig]:
+    # GPU recipes ask for bf16, which transformers refuses to configure on a machine without a GPU unless use_cpu.
+    on_cpu = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
+    return parse_train_args(["--config", str(recipe), *on_cpu])
+
+
+def test_the_documented_files_exist():
+    assert {p.stem for p in RECIPES} == {"demo", "tldr_unique_chars", "math_boxed"}
+    assert {p.stem for p in ACCELERATE_CONFIGS} == {"ddp", "zero2", "zero3", "multi_cpu"}
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_recipe_parses_into_valid_dataclasses(recipe):
+    script_args, config = _parse(recipe)
+    assert isinstance(config, MaxEntGRPOConfig)
+    assert script_args.model_name_or_path and script_args.dataset_name
+    assert set(script_args.reward_funcs) <= set(REWARDS)
+    assert config.generation_batch_size % config.num_generations == 0
+    assert config.output_dir.startswith("outputs/")
+
+
+def test_tldr_recipe_is_the_trl_pull_request_benchmark():
+    script_args, config = _parse(CONFIGS / "recipes" / "tldr_unique_chars.yaml")
+    assert (script_args.model_name_or_path, script_args.dataset_name, script_args.dataset_split) == (
+        "Qwen/Qwen3-0.6B-Base",
+        "trl-lib/tldr",
+        "train[:500]",
+    )
+    assert script_args.reward_funcs == ["unique_chars"]
+    settings = {
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 8,
+        "num_generations": 4,
+        "max_completion_length": 256,
+        "steps_per_generation": 4,
+        "logging_steps": 1,
+        "num_train_epochs": 1,
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "report_to": ["trackio"],
+        "maxent_objective": "grpo",
+    }
+    assert {name: getattr(config, name) for name in settings} == settings
+
+
+def test_math_recipe_rewards_the_boxed_answer_over_distinct_answers():
+    script_args, config = _parse(CONFIGS / "recipes" / "math_boxed.yaml")
+    assert script_args.reward_funcs == ["boxed_answer"]
+    assert script_args.dataset_answer_column is not None  # boxed_answer reads the "answer" column
+    assert (config.maxent_objective, config.maxent_mode_key) == ("listwise", "boxed")
+
+
+def test_demo_recipe_builds_its_model_and_data_offline():
+    script_args, config = _parse(CONFIGS / "recipes" / "demo.yaml")
+    assert config.use_cpu and (config.maxent_objective, config.maxent_mode_key) == ("listwise", "first_token")
+    # The same task and settings as `maxent-grpo demo`.
+    assert (config.per_device_train_batch_size, config.num_generations) == (demo.GROUP_SIZE, demo.GROUP_SIZE)
+    assert (config.max_completion_length, config.max_steps) == (demo.COMPLETION_LENGTH, demo.DEFAULT_STEPS)
+    assert (config.learning_rate, config.maxent_tau) == (demo.LEARNING_RATE, demo.TAU)
+    dataset = load_train_dataset(script_args)
+    check_reward_columns(load_reward_funcs(script_args.reward_funcs), dataset)
+    model, tokenizer = load_model(script_args, config)
+    assert set(dataset["prompt"]) == {"pick a vowel:"}
+    assert model.config.vocab_size == len(tokenizer)
+
+
+@pytest.mark.parametrize("path", ACCELERATE_CONFIGS, ids=lambda p: p.stem)
+def test_accelerate_config_is_valid(path):
+    config = ClusterConfig.from_yaml_file(path)  # rejects unknown keys and unknown distributed types
+    assert config.compute_environment.value == "LOCAL_MACHINE"
+    assert config.num_machines == 1 and config.num_processes >= 2
+    launch_options = {action.dest for action in launch_command_parser()._actions}
+    assert set(config.deepspeed_config) <= launch_options  # keys `accelerate launch` maps to its own options
+
+
+@pytest.mark.parametrize(("name", "stage"), [("zero2", 2), ("zero3", 3)])
+def test_deepspeed_configs(name, stage):
+    config = ClusterConfig.from_yaml_file(CONFIGS / "accelerate" / f"{name}.yaml")
+    assert config.distributed_type == DistributedType.DEEPSPEED
+    assert config.deepspeed_config["zero_stage"] == stage
+
+
+def test_multi_cpu_config_starts_two_processes_on_the_cpu():
+    config = ClusterConfig.from_yaml_file(CONFIGS / "accelerate" / "multi_cpu.yaml")
+    # MULTI_GPU is the type for which accelerate starts local processes through torchrun; use_cpu keeps them on CPU.
+    assert config.distributed_type == DistributedType.MULTI_GPU
+    assert config.use_cpu and config.num_processes == 2 and config.mixed_precision == "no"
