@@ -1,4 +1,4 @@
-"""The prepared GPU check runs end to end on CPU (dry run), so it does not rot between GPU sessions."""
+"""Benchmark scripts run end to end in a few seconds (the GPU check as a CPU dry run), so they do not rot."""
 
 from __future__ import annotations
 
@@ -22,3 +22,12 @@ def test_gpu_check_dry_run_prints_ratio_and_skips_vllm():
     assert result.returncode == 0, result.stderr[-4000:]
     assert "tokens/s ratio maxent/stock:" in result.stdout
     assert "vLLM colocate and server modes: skipped" in result.stdout
+
+
+def test_generate_overhead_runs_and_prints_the_ratio():
+    command = [sys.executable, str(ROOT / "benchmarks" / "generate_overhead.py"), "--rounds", "1", "--steps", "1"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "step-time ratio maxent/stock:" in result.stdout
+    assert "helpers + validation" in result.stdout
