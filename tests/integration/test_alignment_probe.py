@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from maxent_grpo import MaxEntGRPOTrainer
-from tests.support.tagged_backend import TaggedBackend, prompt_tag
+from tests.support.tagged_backend import TaggedBackend, assert_row_aligned, prompt_tag
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
 pytestmark = pytest.mark.slow
@@ -26,11 +26,7 @@ class AlignmentReward:
     def __call__(self, prompts, completions, completion_ids, answer, **kwargs):
         rewards = []
         for prompt, completion, answer_tag in zip(prompts, completions, answer, strict=True):
-            tag = completion.split("|")[0]
-            if tag != prompt_tag(prompt) or tag != answer_tag:
-                raise AssertionError(
-                    f"misaligned row: prompt={prompt!r} answer={answer_tag!r} completion={completion!r}"
-                )
+            assert_row_aligned(prompt, completion, answer_tag)
             rewards.append(float(completion.endswith(("1", "3", "5"))))
         self.rows_seen += len(prompts)
         return rewards

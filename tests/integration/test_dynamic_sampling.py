@@ -7,7 +7,7 @@ import torch
 from datasets import Dataset
 
 from maxent_grpo import MaxEntGRPOTrainer
-from tests.support.tagged_backend import TaggedBackend, prompt_tag
+from tests.support.tagged_backend import TaggedBackend, assert_row_aligned
 from tests.support.training import tiny_config, tiny_model_and_tokenizer
 
 pytestmark = pytest.mark.slow
@@ -21,11 +21,7 @@ class HalfConstantReward:
     def __call__(self, prompts, completions, answer, **kwargs):
         rewards = []
         for prompt, completion, answer_tag in zip(prompts, completions, answer, strict=True):
-            tag = completion.split("|")[0]
-            if tag != prompt_tag(prompt) or tag != answer_tag:
-                raise AssertionError(
-                    f"misaligned row: prompt={prompt!r} answer={answer_tag!r} completion={completion!r}"
-                )
+            assert_row_aligned(prompt, completion, answer_tag)
             rewards.append(0.0 if prompt.startswith("c") else float(completion[-1]))
         return rewards
 

@@ -20,6 +20,13 @@ def prompt_tag(prompt: str) -> str:
     return prompt.rstrip(":")
 
 
+def assert_row_aligned(prompt: str, completion: str, answer_tag: str) -> None:
+    """Fail loudly unless the completion's tag names this row's prompt and its dataset answer column."""
+    tag = completion.split("|")[0]
+    if tag != prompt_tag(prompt) or tag != answer_tag:
+        raise AssertionError(f"misaligned row: prompt={prompt!r} answer={answer_tag!r} completion={completion!r}")
+
+
 @dataclass
 class TaggedBackend:
     tokenizer: PreTrainedTokenizerBase
