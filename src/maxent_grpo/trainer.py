@@ -7,16 +7,17 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
+from trl.trainer.utils import nanmax, nanmin, nanstd
 
 from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.listwise import ListwiseObjective
-from maxent_grpo.training.dynamic_sampling import DynamicSampler
+from maxent_grpo.training.dynamic_sampling import DynamicSampler, RefillOutcome
 from maxent_grpo.training.generation.backends import (
     GenerationBackend,
     TransformersBackend,
@@ -24,23 +25,14 @@ from maxent_grpo.training.generation.backends import (
     VLLMServerBackend,
 )
 from maxent_grpo.training.generation.backends.protocol import Completion
-from maxent_grpo.training.generation.collect import STAT_KEYS
-from maxent_grpo.training.generation.local_batch import LocalBatch
-from maxent_grpo.training.generation.rows import GeneratedRows, assemble_rows, local_runs
+from maxent_grpo.training.generation.rows import GeneratedRows
+from maxent_grpo.training.generation.step import Collectives, GenerationStep, GroupAgreement, StepMetrics
+from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
 from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning
 
 logger = logging.getLogger(__name__)
 
 CONTROLLER_STATE_FILE = "maxent_controllers.json"
-
-
-class GroupAgreement(NamedTuple):
-    """Which groups every process kept: gathered row table [N, 4], kept groups [N / G], kept rows [N], local [B]."""
-
-    table: torch.Tensor
-    group_kept: torch.Tensor
-    global_keep: torch.Tensor
-    keep: list[bool]
 
 
 class MaxEntGRPOTrainer(GRPOTrainer):
@@ -53,7 +45,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     - `_calculate_rewards`: reward functions only ever see kept rows; dropped rows score NaN (unscorable).
     - `_generate_and_score_completions`: with ``maxent_objective="listwise"``, replaces the advantages by the MaxEnt
       listwise ones and steps the tau / beta controllers.
-    - `compute_loss` / `create_optimizer`: an optimizer step whose batches held no kept row changes no parameter.
+    - `_compute_loss`: TRL's loss, normalisers and metrics on the kept rows of each micro-batch only.
+    - `create_optimizer`: an optimizer step whose micro-batches held no kept row (on any process) changes no
+      parameter.
     - `_save_checkpoint` / `_load_optimizer_and_scheduler`: controller state travels with checkpoints.
 
     Args:
@@ -168,23 +162,40 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             return "logprobs length differs from completion length"
         return None
 
+    def _generation_step(self, group_size: int) -> GenerationStep:
+        return GenerationStep(
+            self.generation_backend,
+            check=self._check_completion,
+            collectives=Collectives.of(self.accelerator),
+            group_size=group_size,
+            max_retry_rounds=self.args.generation_max_retries,
+            placeholder_prompt_id=self._tokenizer.pad_token_id,
+            placeholder_completion_id=self.eos_token_ids[0],
+        )
+
     def _generate(self, prompts: list) -> tuple:
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         self._sync_backend_weights()
-        runs = local_runs(len(prompts), self.accelerator.process_index * len(prompts), group_size)
-        batch = LocalBatch(copy.deepcopy(prompts), runs)
-        self._collect(batch, range(len(runs)))
-        agreement = self._agree(batch, group_size)
+        step = self._generation_step(group_size)
+        batch = step.collect(copy.deepcopy(prompts))
+        agreement = step.agree(batch)
         if self.dynamic_sampler is not None and mode == "train":
-            agreement = self._refill_groups_without_signal(prompts, batch, agreement, group_size)
+            refilled = step.refill(batch, agreement, self.dynamic_sampler, self._current_inputs, self._score_rows)
+            agreement, self._precomputed_rewards = refilled.agreement, refilled.rewards_per_func
+            prompts[:] = copy.deepcopy(batch.prompts)  # TRL scores and logs the caller's list: the replaced prompts
+            self._log_refill(refilled.outcome)
 
-        rows = self._assemble(batch, agreement)
+        rows = step.assemble(batch, agreement)
         self._row_keep = rows.keep
         self._global_row_keep = agreement.global_keep
         self._last_completion_texts = rows.texts
         self._last_completion_ids = rows.completion_ids
-        self._log_generation_metrics(mode, agreement, batch.stats, batch.reasons)
+        self._log_generation_metrics(mode, step.metrics(batch, agreement, self._stop_ids))
+        if not bool(agreement.group_kept.any()):
+            self._on_empty_batch(mode, len(agreement.group_kept), batch.reasons)
+        elif mode == "train":
+            self._consecutive_empty_batches = 0
         tool_mask = (
             None
             if all(rows.keep)
@@ -193,33 +204,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         completions = self._format_completions(batch.prompts, rows.texts)
         return rows.prompt_ids, rows.completion_ids, tool_mask, completions, rows.logprobs, {}, None, []
 
-    def _collect(self, batch: LocalBatch, run_indices: Sequence[int]) -> None:
-        batch.collect(
-            self.generation_backend,
-            list(run_indices),
-            max_retry_rounds=self.args.generation_max_retries,
-            check=self._check_completion,
-        )
-
-    def _agree(self, batch: LocalBatch, group_size: int) -> GroupAgreement:
-        """Decide, identically on every process, which groups are complete everywhere (one collective)."""
-        # [B, 4] rows of (complete, prompt length, completion length, last id) -> [num_processes * B, 4].
-        table = self.accelerator.gather(
-            torch.tensor(batch.row_table(), dtype=torch.long, device=self.accelerator.device)
-        )
-        group_kept = table[:, 0].view(-1, group_size).bool().all(dim=1)
-        global_keep = group_kept.repeat_interleave(group_size)
-        start = self.accelerator.process_index * len(batch.prompts)
-        return GroupAgreement(table, group_kept, global_keep, global_keep[start : start + len(batch.prompts)].tolist())
-
-    def _assemble(self, batch: LocalBatch, agreement: GroupAgreement) -> GeneratedRows:
-        return assemble_rows(
-            batch.runs,
-            batch.groups,
-            agreement.keep,
-            placeholder_prompt_id=self._tokenizer.pad_token_id,
-            placeholder_completion_id=self.eos_token_ids[0],
-        )
+    @property
+    def _stop_ids(self) -> list[int]:
+        return [*self.eos_token_ids, self._tokenizer.pad_token_id]
 
     @staticmethod
     def _format_completions(prompts: Sequence[Any], texts: list[str]) -> list:
@@ -227,96 +214,50 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             return [[{"role": "assistant", "content": text}] for text in texts]
         return texts
 
-    def _refill_groups_without_signal(
-        self, prompts: list, batch: LocalBatch, agreement: GroupAgreement, group_size: int
-    ) -> GroupAgreement:
-        """Dynamic sampling: replace groups without learning signal, then hand TRL the final rewards."""
-        current = {"agreement": agreement}
-        rewards: torch.Tensor | None = None
+    def _score_rows(
+        self, prompts: list, rows: GeneratedRows, agreement: GroupAgreement, rows_to_score: Sequence[bool]
+    ) -> torch.Tensor:
+        """Dynamic sampling's scorer: TRL's reward functions on the kept rows marked in ``rows_to_score``.
 
-        def score(rows_to_score: Sequence[bool]) -> tuple[torch.Tensor, torch.Tensor]:
-            nonlocal rewards
-            agreed = current["agreement"]
-            rows = self._assemble(batch, agreed)
-            self._row_keep = [k and s for k, s in zip(agreed.keep, rows_to_score, strict=True)]
-            with silence_unscorable_warning():
-                fresh = GRPOTrainer._calculate_rewards(
-                    self,
-                    self._current_inputs,
-                    batch.prompts,
-                    self._format_completions(batch.prompts, rows.texts),
-                    rows.completion_ids,
-                )
-            local = torch.tensor(list(rows_to_score), dtype=torch.bool, device=self.accelerator.device)
-            scored = self.accelerator.gather(local).to(fresh.device)
-            merged = fresh if rewards is None else torch.where(scored.unsqueeze(1), fresh, rewards)
-            merged[~agreed.global_keep.to(merged.device)] = torch.nan
-            rewards = merged
-            return merged, agreed.group_kept
+        Columns that reward functions log through ``log_extra`` keep, for rows not scored this round, the values of
+        the round that scored them.
+        """
+        self._row_keep = [k and s for k, s in zip(agreement.keep, rows_to_score, strict=True)]
+        earlier = {column: list(values) for column, values in self._pending_extra_logs.items()}
+        self._pending_extra_logs.clear()
+        with silence_unscorable_warning():
+            rewards_per_func = GRPOTrainer._calculate_rewards(
+                self,
+                self._current_inputs,
+                prompts,
+                self._format_completions(prompts, rows.texts),
+                rows.completion_ids,
+            )
+        num_rows = len(rows_to_score)
+        for column in set(earlier) | set(self._pending_extra_logs):
+            fresh = self._pending_extra_logs.get(column) or [None] * num_rows
+            previous = earlier.get(column) or [None] * num_rows
+            self._pending_extra_logs[column] = [
+                new if scored else old for new, old, scored in zip(fresh, previous, rows_to_score, strict=True)
+            ]
+        return rewards_per_func
 
-        def regenerate(local_rows: list[int]) -> torch.Tensor:
-            rows = set(local_rows)
-            self._collect(batch, [i for i, run in enumerate(batch.runs) if run.start in rows])
-            current["agreement"] = self._agree(batch, group_size)
-            return current["agreement"].group_kept
-
-        outcome = self.dynamic_sampler.refill(
-            step=self.state.global_step,
-            group_size=group_size,
-            row_offset=self.accelerator.process_index * len(prompts),
-            inputs=self._current_inputs,
-            prompts=batch.prompts,
-            score=score,
-            regenerate=regenerate,
-        )
-        prompts[:] = copy.deepcopy(batch.prompts)  # TRL scores and logs the caller's list: the replaced prompts
-        self._precomputed_rewards = rewards
+    def _log_refill(self, outcome: RefillOutcome) -> None:
         metrics = self._metrics["train"]
         metrics["dynamic_sampling/filtered_groups"].append(float(outcome.filtered_groups))
         metrics["dynamic_sampling/rounds"].append(float(outcome.rounds))
         metrics["dynamic_sampling/generated_groups"].append(
             outcome.generated_groups / max(outcome.groups_with_signal, 1)
         )
-        return current["agreement"]
 
-    def _log_generation_metrics(
-        self, mode: str, agreement: GroupAgreement, stats: dict[str, int], reasons: Sequence[str]
-    ) -> None:
-        """Log TRL's completion metrics over kept rows only, plus the generation robustness counters."""
-        table, global_keep, group_kept = agreement.table, agreement.global_keep, agreement.group_kept
+    def _log_generation_metrics(self, mode: str, step_metrics: StepMetrics) -> None:
+        """Log the robustness counters, and TRL's completion metrics over kept rows only (absent when none)."""
         metrics = self._metrics[mode]
-        device = self.accelerator.device
-        local_stats = torch.tensor([stats[key] for key in STAT_KEYS], dtype=torch.long, device=device)
-        all_stats = self.accelerator.gather(local_stats).view(-1, len(STAT_KEYS))
-        summed = dict(zip(STAT_KEYS, all_stats.sum(dim=0).tolist(), strict=True))
-        metrics["generation/dropped_prompts"].append(float((~group_kept).sum().item()))
-        metrics["generation/retried_prompts"].append(float(summed["retried_prompts"]))
-        metrics["generation/retry_rounds"].append(float(all_stats[:, STAT_KEYS.index("retry_rounds")].max().item()))
-        metrics["generation/invalid_completions"].append(float(summed["invalid_completions"]))
-        metrics["generation/backend_errors"].append(float(summed["backend_errors"]))
-
-        kept = table[global_keep]
-        if kept.numel() == 0:
-            self._on_empty_batch(mode, len(group_kept), reasons)
-            metrics["num_tokens"] = [self.state.num_input_tokens_seen]
-            return
+        for name, value in step_metrics.values.items():
+            metrics[name].append(value)
         if mode == "train":
-            self._consecutive_empty_batches = 0
-            self.state.num_input_tokens_seen += int(kept[:, 1].sum().item() + kept[:, 2].sum().item())
+            self.state.num_input_tokens_seen += step_metrics.kept_tokens
         metrics["num_tokens"] = [self.state.num_input_tokens_seen]
-        lengths = kept[:, 2].float()
-        metrics["completions/mean_length"].append(lengths.mean().item())
-        metrics["completions/min_length"].append(lengths.min().item())
-        metrics["completions/max_length"].append(lengths.max().item())
-        stop_ids = torch.tensor([*self.eos_token_ids, self._tokenizer.pad_token_id], device=kept.device)
-        is_truncated = ~torch.isin(kept[:, 3], stop_ids)
-        metrics["completions/clipped_ratio"].append(is_truncated.float().mean().item())
-        terminated = lengths[~is_truncated]
-        if terminated.numel() == 0:
-            terminated = torch.zeros(1, device=kept.device)
-        metrics["completions/mean_terminated_length"].append(terminated.mean().item())
-        metrics["completions/min_terminated_length"].append(terminated.min().item())
-        metrics["completions/max_terminated_length"].append(terminated.max().item())
 
     def _on_empty_batch(self, mode: str, num_groups: int, reasons: Sequence[str]) -> None:
         causes = "; ".join(sorted(set(reasons))[:5]) or "every group came back short"
@@ -366,24 +307,106 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: list) -> dict[str, Any]:
         self._current_inputs = inputs  # dynamic sampling replaces rows (prompt and columns together) in place
+        mode = "train" if self.model.training else "eval"
+        logged_before = {name: len(values) for name, values in self._metrics[mode].items()}
         output = super()._generate_and_score_completions(inputs)
+        global_keep = self._global_row_keep
+        output[ROW_KEEP_KEY] = torch.tensor(self._row_keep, dtype=torch.bool, device=self.accelerator.device)
         if self.listwise is not None:
-            mode = "train" if self.model.training else "eval"
             output["advantages"] = self.listwise.advantages(self, output, mode)
+        if global_keep is not None and not bool(global_keep.all()):
+            self._restrict_batch_metrics(mode, output, global_keep, logged_before)
         return output
 
+    def _restrict_batch_metrics(
+        self, mode: str, output: dict[str, Any], global_keep: torch.Tensor, logged_before: dict[str, int]
+    ) -> None:
+        """Recompute over kept rows the batch metrics TRL computed over every row, and forget placeholder rows."""
+        metrics = self._metrics[mode]
+        if not bool(global_keep.any()):  # nothing was data: reward and sampling metrics are absent, not NaN or 0
+            names = [name for name in metrics if name.startswith(("reward", "frac_reward_zero_std", "sampling/"))]
+            self._forget_metrics(mode, names, logged_before)
+        else:
+            self._restrict_zero_std_fraction(metrics, global_keep)
+            sequence_ratio = self.vllm_importance_sampling_mode.startswith("sequence")
+            if self.use_vllm and self.vllm_importance_sampling_correction and sequence_ratio:
+                self._restrict_sequence_ratio_metrics(metrics, output)
+        keep = global_keep.tolist()
+        columns = [self._logs["prompt"], self._logs["completion"], self._logs["advantages"], self._logs["images"]]
+        columns += [*self._logs["rewards"].values(), *self._logs["extra"].values()]
+        for column in columns:
+            if len(column) >= len(keep):
+                tail = [column.pop() for _ in keep][::-1]
+                column.extend(value for value, kept in zip(tail, keep, strict=True) if kept)
+
+    def _forget_metrics(self, mode: str, names: list[str], logged_before: dict[str, int]) -> None:
+        """Remove the values of ``names`` logged since ``logged_before`` (a metric left without values is absent)."""
+        metrics = self._metrics[mode]
+        for name in names:
+            del metrics[name][logged_before.get(name, 0) :]
+            if not metrics[name]:
+                del metrics[name]
+
+    def _restrict_zero_std_fraction(self, metrics: dict[str, list[float]], global_keep: torch.Tensor) -> None:
+        """`frac_reward_zero_std` over kept groups: TRL counts a dropped (all-NaN) group as having spread."""
+        group_size = self.num_generations if self.model.training else self.num_generations_eval
+        per_group = self.multi_objective_aggregation == "sum_then_normalize" and self.scale_rewards != "batch"
+        if not per_group or group_size < 2:
+            return
+        rewards_per_func = self._last_rewards_per_func
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        std = nanstd(rewards.view(-1, group_size), dim=1)
+        group_kept = global_keep.view(-1, group_size).all(dim=1).to(std.device)
+        zero = torch.isclose(std, torch.zeros_like(std))[group_kept]
+        metrics["frac_reward_zero_std"][-1] = zero.float().mean().item()
+
+    def _restrict_sequence_ratio_metrics(self, metrics: dict[str, list[float]], output: dict[str, Any]) -> None:
+        """Sequence-level importance-sampling ratio statistics over kept rows (TRL counts placeholders as 1.0)."""
+        ratio = output["importance_sampling_ratio"][output[ROW_KEEP_KEY]].flatten().float()
+        local = (
+            torch.stack([ratio.min(), ratio.mean(), ratio.max()])
+            if ratio.numel()
+            else torch.full((3,), torch.nan, device=ratio.device)
+        )
+        gathered = self.accelerator.gather(local.unsqueeze(0))
+        values = (nanmin(gathered[:, 0]), gathered[:, 1].nanmean(), nanmax(gathered[:, 2]))
+        for suffix, value in zip(("min", "mean", "max"), values, strict=True):
+            metrics[f"sampling/importance_sampling_ratio/{suffix}"][-1] = value.item()
+
+    # ------------------------------------------------------------------------------------------------- loss
     def _compute_loss(self, model, inputs):
-        loss = super()._compute_loss(model, inputs)
-        if self.listwise is not None and self.model.training and self.beta != 0.0:
-            self.listwise.observe_kl(self._metrics["train"]["kl"][-1])
+        """TRL's loss on the kept rows of this micro-batch only (see `training.kept_rows`)."""
+        mode = "train" if self.model.training else "eval"
+        keep = inputs[ROW_KEEP_KEY]
+        kept_rows = self.accelerator.gather(keep.sum().reshape(1).to(self.accelerator.device))
+        total_kept = int(kept_rows.sum().item())
+        if mode == "train" and total_kept > 0:
+            self._window_has_data = True
+        kl_logged = len(self._metrics[mode]["kl"])
+        if bool((kept_rows == keep.numel()).all()):
+            loss = super()._compute_loss(model, inputs)
+        else:
+            local_kept = int(keep.sum().item())
+            rows = keep.nonzero().flatten() if local_kept else torch.zeros(1, dtype=torch.long, device=keep.device)
+            logged_before = {name: len(values) for name, values in self._metrics[mode].items()}
+            with metric_collectives(
+                self.accelerator,
+                contributes=local_kept > 0,
+                rows=max(int(kept_rows.max().item()), 1),
+                keep_reduce=lambda tensor: tensor is self._entropy_window_stats,
+            ):
+                loss = super()._compute_loss(model, select_rows(inputs, rows))
+            if local_kept == 0:
+                loss = loss * 0.0
+            if total_kept == 0:  # no process held data: the metrics TRL just logged describe placeholders
+                self._forget_metrics(mode, list(self._metrics[mode]), logged_before)
+        if self.listwise is not None and mode == "train" and len(self._metrics[mode]["kl"]) > kl_logged:
+            self.listwise.observe_kl(self._metrics[mode]["kl"][-1])
         return loss
 
     # ------------------------------------------------------------------------------------ no update on nothing
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.model.training and bool(inputs["num_items_in_batch"] > 0):
-            self._window_has_data = True
-        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-
     def create_optimizer(self, *args: Any, **kwargs: Any) -> torch.optim.Optimizer:
         optimizer = super().create_optimizer(*args, **kwargs)
         optimizer.register_step_pre_hook(self._skip_empty_update)

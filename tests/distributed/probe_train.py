@@ -2,8 +2,10 @@
 
 Each process holds 6 rows and groups have 4, so the middle group of every generation batch straddles the two
 processes. Usage: probe_train.py OUTPUT_DIR MODE, MODE "straddle" (process 1 never completes its part of the straddling
-group, no retries), "faults" (random faults with retries, listwise objective) or "dynamic" (dynamic sampling with a
-reward that is constant for even prompts, with faults). Each process writes rank<r>.json.
+group, no retries), "faults" (random faults with retries, listwise objective), "dynamic" (dynamic sampling with a
+reward that is constant for even prompts, with faults) or "one_rank_faults" (faults on process 0 only, dynamic
+sampling, two generation batches per optimizer step). Each process writes rank<r>.json, with the backend calls each
+generation batch made.
 """
 
 from __future__ import annotations
@@ -33,9 +35,15 @@ class RecordingTrainer(MaxEntGRPOTrainer):
     """Records, per generation batch, the local and global keep masks this process computed."""
 
     def _generate(self, prompts):
+        calls_before = len(self.generation_backend.calls)
         result = super()._generate(prompts)
         self.records.append(
-            {"prompts": list(prompts), "keep": list(self._row_keep), "global_keep": self._global_row_keep.tolist()}
+            {
+                "prompts": list(prompts),
+                "keep": list(self._row_keep),
+                "global_keep": self._global_row_keep.tolist(),
+                "backend_calls": len(self.generation_backend.calls) - calls_before,
+            }
         )
         return result
 
@@ -52,10 +60,11 @@ def main() -> None:
         generation_max_consecutive_empty_batches=4,
         maxent_objective="listwise" if mode == "faults" else "grpo",
         maxent_mode_key="first_token" if mode == "faults" else None,
-        dynamic_sampling=mode == "dynamic",
+        dynamic_sampling=mode in ("dynamic", "one_rank_faults"),
         dynamic_sampling_max_rounds=12,
+        gradient_accumulation_steps=2 if mode == "one_rank_faults" else 1,
     )
-    reward = EvenPromptsConstantReward() if mode == "dynamic" else AlignmentReward()
+    reward = EvenPromptsConstantReward() if mode in ("dynamic", "one_rank_faults") else AlignmentReward()
     trainer = RecordingTrainer(
         model=model,
         reward_funcs=reward,
@@ -67,6 +76,15 @@ def main() -> None:
     rank = trainer.accelerator.process_index
     if mode == "straddle":
         backend = TaggedBackend(tokenizer, empty_positions=frozenset({0}) if rank == 1 else frozenset(), seed=rank)
+    elif mode == "one_rank_faults":
+        faulty = rank == 0
+        backend = TaggedBackend(
+            tokenizer,
+            slot_failure_rate=0.4 * faulty,
+            short_group_rate=0.4 * faulty,
+            raise_rate=0.1 * faulty,
+            seed=rank,
+        )
     else:
         backend = TaggedBackend(
             tokenizer, slot_failure_rate=0.3, short_group_rate=0.3, oov_rate=0.05, raise_rate=0.05, seed=rank

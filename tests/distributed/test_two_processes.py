@@ -31,6 +31,13 @@ def _launch(tmp_path: Path, mode: str) -> list[dict]:
     return ranks
 
 
+def _assert_same_backend_calls(rank0: dict, rank1: dict) -> None:
+    """I7: per generation batch, both processes called the backend equally often (ZeRO-3 / FSDP would hang else)."""
+    calls0 = [record["backend_calls"] for record in rank0["records"]]
+    calls1 = [record["backend_calls"] for record in rank1["records"]]
+    assert calls0 == calls1
+
+
 def test_straddling_group_dropped_on_both_processes(tmp_path):
     rank0, rank1 = _launch(tmp_path, "straddle")
     assert len(rank0["records"]) == len(rank1["records"]) == 4
@@ -56,6 +63,7 @@ def test_random_faults_listwise_two_processes(tmp_path):
             assert len(set(record0["global_keep"][start : start + 4])) == 1
     assert rank0["finite_params"] and rank1["finite_params"]
     assert rank0["checksum"] == pytest.approx(rank1["checksum"], abs=1e-9)
+    _assert_same_backend_calls(rank0, rank1)
     logs = [e for e in rank0["logs"] if "generation/retried_prompts" in e]
     assert sum(e["generation/retried_prompts"] for e in logs) > 0
     assert all("maxent/tau" in e for e in logs)
@@ -73,4 +81,15 @@ def test_dynamic_sampling_two_processes(tmp_path):
                 assert int(group[0][1:-1]) % 2 == 1  # every kept group has signal: constant prompts were replaced
     logs = [e for e in rank0["logs"] if "dynamic_sampling/rounds" in e]
     assert len(logs) == 4 and sum(e["dynamic_sampling/filtered_groups"] for e in logs) > 0
+    assert rank0["checksum"] == pytest.approx(rank1["checksum"], abs=1e-9)
+    _assert_same_backend_calls(rank0, rank1)
+
+
+def test_faults_on_one_process_keep_the_calls_symmetric(tmp_path):
+    rank0, rank1 = _launch(tmp_path, "one_rank_faults")
+    _assert_same_backend_calls(rank0, rank1)
+    calls = [record["backend_calls"] for record in rank0["records"]]
+    assert len(calls) == 8 and max(calls) > 1  # retries and refills happened, on both processes alike
+    for record0, record1 in zip(rank0["records"], rank1["records"], strict=True):
+        assert record0["global_keep"] == record1["global_keep"]
     assert rank0["checksum"] == pytest.approx(rank1["checksum"], abs=1e-9)

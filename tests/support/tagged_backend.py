@@ -36,6 +36,7 @@ class TaggedBackend:
     raise_rate: float = 0.0
     always_fail: bool = False
     empty_positions: frozenset[int] = frozenset()  # request positions whose group always comes back empty
+    empty_prompts: frozenset[str] = frozenset()  # prompts whose group always comes back empty
     seed: int = 0
     calls: list[list[int]] = field(default_factory=list)
     _counter: int = 0
@@ -62,7 +63,7 @@ class TaggedBackend:
             raise TimeoutError("injected backend timeout")
         groups = []
         for position, (prompt, count) in enumerate(zip(prompts, counts, strict=True)):
-            if position in self.empty_positions:
+            if position in self.empty_positions or prompt in self.empty_prompts:
                 groups.append([])
                 continue
             if count > 1 and self._rng.random() < self.short_group_rate:

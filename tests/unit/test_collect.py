@@ -35,7 +35,7 @@ def ok(completion: Completion) -> str | None:
 
 def test_retries_ask_only_for_the_deficit_and_keep_alignment():
     backend = ScriptedBackend([[4, 1, 0], [2, 1], [0, 1]])
-    result = collect_completion_groups(backend, ["a", "b", "c"], [4, 4, 4], max_retry_rounds=2, check=ok)
+    result = collect_completion_groups(backend, ["a", "b", "c"], [4, 4, 4], retry_limit=2, check=ok)
     assert backend.calls == [(["a", "b", "c"], [4, 4, 4]), (["b", "c"], [3, 4]), (["b", "c"], [1, 3])]
     assert result.complete == [True, False, False]
     assert all(c.text.startswith(p) for p, g in zip("abc", result.groups, strict=True) for c in g)
@@ -46,7 +46,7 @@ def test_retries_ask_only_for_the_deficit_and_keep_alignment():
 
 def test_extra_completions_are_trimmed_and_zero_retries_disable_retrying():
     backend = ScriptedBackend([[6, 2]])
-    result = collect_completion_groups(backend, ["a", "b"], [4, 4], max_retry_rounds=0, check=ok)
+    result = collect_completion_groups(backend, ["a", "b"], [4, 4], retry_limit=0, check=ok)
     assert [len(g) for g in result.groups] == [4, 2]
     assert result.complete == [True, False]
     assert len(backend.calls) == 1
@@ -58,7 +58,7 @@ def test_invalid_completions_count_as_missing_and_are_retried():
     def reject_k0(completion: Completion) -> str | None:
         return "k0 is bad" if completion.completion_ids[1] == 0 else None
 
-    result = collect_completion_groups(backend, ["a"], [3], max_retry_rounds=3, check=reject_k0)
+    result = collect_completion_groups(backend, ["a"], [3], retry_limit=3, check=reject_k0)
     assert result.stats["invalid_completions"] == 2
     assert "k0 is bad" in result.reasons
     assert backend.calls[1] == (["a"], [1])
@@ -68,17 +68,18 @@ def test_invalid_completions_count_as_missing_and_are_retried():
 def test_backend_exception_makes_the_round_missing_and_is_logged(caplog):
     backend = ScriptedBackend([TimeoutError("slow"), [2]])
     with caplog.at_level(logging.WARNING):
-        result = collect_completion_groups(backend, ["a"], [2], max_retry_rounds=1, check=ok)
+        result = collect_completion_groups(backend, ["a"], [2], retry_limit=1, check=ok)
     assert result.complete == [True]
     assert result.stats["backend_errors"] == 1
     assert "TimeoutError: slow" in caplog.text
 
 
-def test_groups_of_different_sizes_are_handled_per_bucket():
-    backend = ScriptedBackend([[1, 3, 2], [1], [1]])
-    result = collect_completion_groups(backend, ["a", "b", "c"], [2, 4, 2], max_retry_rounds=1, check=ok)
+def test_groups_of_different_sizes_are_retried_in_one_call_per_round():
+    backend = ScriptedBackend([[1, 3, 2], [1, 1]])
+    result = collect_completion_groups(backend, ["a", "b", "c"], [2, 4, 2], retry_limit=1, check=ok)
     assert result.complete == [True, True, True]
-    assert backend.calls[1:] == [(["a"], [1]), (["b"], [1])]  # one retry call per group size
+    assert backend.calls[1:] == [(["a", "b"], [1, 1])]  # both buckets' deficits in the round's single call
+    assert result.calls == 2
 
 
 def test_a_backend_returning_the_wrong_number_of_groups_is_a_bug():
@@ -87,4 +88,4 @@ def test_a_backend_returning_the_wrong_number_of_groups_is_a_bug():
             return []
 
     with pytest.raises(ValueError, match="returned 0 groups for 1 prompts"):
-        collect_completion_groups(Wrong(), ["a"], [1], max_retry_rounds=1, check=ok)
+        collect_completion_groups(Wrong(), ["a"], [1], retry_limit=1, check=ok)

@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from maxent_grpo.training.generation.backends.protocol import Completion, GenerationBackend
-from maxent_grpo.training.generation.collect import STAT_KEYS, CompletionCheck, collect_completion_groups
+from maxent_grpo.training.generation.collect import (
+    STAT_KEYS,
+    AnyProcess,
+    CompletionCheck,
+    collect_completion_groups,
+)
 
 
 @dataclass
@@ -21,6 +26,7 @@ class LocalBatch:
         complete: whether each run's group reached its size, [R].
         stats: counters summed over every collection of this step (`collect.STAT_KEYS`).
         reasons: causes of missing completions seen this step, for logs and errors.
+        backend_calls: backend calls made this step (identical on every process).
     """
 
     prompts: list[Any]
@@ -29,6 +35,7 @@ class LocalBatch:
     complete: list[bool] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAT_KEYS, 0))
     reasons: list[str] = field(default_factory=list)
+    backend_calls: int = 0
 
     def __post_init__(self) -> None:
         self.groups = [[] for _ in self.runs]
@@ -39,18 +46,21 @@ class LocalBatch:
         backend: GenerationBackend,
         run_indices: Sequence[int],
         *,
-        max_retry_rounds: int | None,
+        retry_limit: int,
         check: CompletionCheck,
+        any_process: AnyProcess,
     ) -> None:
-        """(Re)collect the groups of the given runs, replacing what they held."""
-        if not run_indices:
-            return
+        """(Re)collect the groups of the given runs, replacing what they held.
+
+        Collective: every process calls it at the same point, with its own (possibly empty) ``run_indices``.
+        """
         collected = collect_completion_groups(
             backend,
             [self.prompts[self.runs[i].start] for i in run_indices],
             [len(self.runs[i]) for i in run_indices],
-            max_retry_rounds=max_retry_rounds,
+            retry_limit=retry_limit,
             check=check,
+            any_process=any_process,
         )
         for position, index in enumerate(run_indices):
             self.groups[index] = collected.groups[position]
@@ -58,6 +68,7 @@ class LocalBatch:
         for key in STAT_KEYS:
             self.stats[key] += collected.stats[key]
         self.reasons.extend(collected.reasons)
+        self.backend_calls += collected.calls
 
     def row_table(self) -> list[list[int]]:
         """Per row: [complete, prompt length, completion length, last completion id] (zeros and -1 when incomplete)."""

@@ -39,6 +39,10 @@ class GenerationBackend(Protocol):
     asked (the missing slots are retried), never longer (extra completions are trimmed). Raising makes every slot of
     the call missing for this round.
 
+    ``generate`` may be called with empty lists: every process makes the same sequence of calls in a step (a process
+    whose groups are all complete still takes part in a retry round that another process needs), so a backend whose
+    generation is a collective (sharded weights) must join it then; any other backend simply returns ``[]``.
+
     A backend may also define ``sync_weights(model)``; the trainer calls it whenever the training weights changed.
     """
 

@@ -29,9 +29,11 @@ class TransformersBackend:
     def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
         rows = [prompt for prompt, count in zip(prompts, counts, strict=True) for _ in range(count)]
         groups: list[list[Completion]] = [[] for _ in prompts]
-        if not rows:
-            return groups
         trainer = self._trainer
+        if not rows:
+            if self._generation_is_collective():
+                self._take_part_without_prompts()
+            return groups
         prompt_ids, images, multimodal_fields = trainer._tokenize_prompts(rows)
         completion_ids, logprobs = trainer._generate_single_turn(prompt_ids, images, multimodal_fields, max(counts))
         texts = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
@@ -48,3 +50,14 @@ class TransformersBackend:
                 )
                 row += 1
         return groups
+
+    def _generation_is_collective(self) -> bool:
+        """Under FSDP or DeepSpeed on several processes, `generate` gathers weights and syncs every decoding step."""
+        trainer = self._trainer
+        sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
+        return sharded and trainer.accelerator.num_processes > 1
+
+    def _take_part_without_prompts(self) -> None:
+        """Run one throw-away generation so this process joins the collectives of the others' generation call."""
+        trainer = self._trainer
+        trainer._generate_single_turn([[trainer._tokenizer.pad_token_id]], None, {}, 1)

@@ -1,0 +1,234 @@
+"""One generation step of one process: collect, agree across processes, refill, lay out TRL's rows.
+
+`GenerationStep` owns every round of a step, so it can be tested without a trainer: it takes the backend, the
+completion check and the collective operations it needs, and returns rows plus metrics. The trainer keeps only TRL's
+hooks (`_generate`, reward scoring) around it.
+
+Symmetry (invariant I7): every process makes the same sequence of backend calls and collectives whatever failed
+where. The first call and each retry round are one backend call on every process (see `collect`); whether a retry
+round happens is decided collectively; groups are kept or dropped from one gathered table; dynamic-sampling rounds
+re-collect on every process, a process without a replaced group taking part with an empty request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from maxent_grpo.training.dynamic_sampling import DynamicSampler, RefillOutcome
+from maxent_grpo.training.generation.backends.protocol import GenerationBackend
+from maxent_grpo.training.generation.collect import STAT_KEYS, CompletionCheck
+from maxent_grpo.training.generation.helpers import determine_retry_limit
+from maxent_grpo.training.generation.local_batch import LocalBatch
+from maxent_grpo.training.generation.rows import GeneratedRows, assemble_rows, local_runs
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """The collective operations a generation step needs; every process calls them in the same order.
+
+    Attributes:
+        process_index: this process's rank.
+        device: where tensors handed to ``gather`` live (the backend of the process group decides).
+        gather: concatenates a tensor along dim 0 over processes (identity with one process).
+    """
+
+    process_index: int
+    device: torch.device
+    gather: Callable[[torch.Tensor], torch.Tensor]
+
+    @classmethod
+    def of(cls, accelerator: Any) -> Collectives:
+        """The collectives of an `accelerate.Accelerator`."""
+        return cls(accelerator.process_index, accelerator.device, accelerator.gather)
+
+    def any(self, flag: bool) -> bool:
+        """True when ``flag`` is True on any process."""
+        return bool(self.gather(torch.tensor([int(flag)], device=self.device)).any())
+
+
+@dataclass(frozen=True)
+class GroupAgreement:
+    """Which groups every process kept.
+
+    Attributes:
+        table: gathered row table (complete, prompt length, completion length, last id), [N, 4].
+        group_kept: whether each global group is complete on every process, [N / G].
+        global_keep: ``group_kept`` per row, [N].
+        keep: this process's slice of ``global_keep``, [B].
+    """
+
+    table: torch.Tensor
+    group_kept: torch.Tensor
+    global_keep: torch.Tensor
+    keep: list[bool]
+
+
+#: ``score(prompts, rows, agreement, rows_to_score) -> rewards_per_func`` [N, F] for the whole batch (a collective).
+RowScorer = Callable[[list[Any], GeneratedRows, GroupAgreement, Sequence[bool]], torch.Tensor]
+
+
+@dataclass
+class RefillResult:
+    """What dynamic sampling left: the final agreement, the rewards of the final rows [N, F], and its counters."""
+
+    agreement: GroupAgreement
+    rewards_per_func: torch.Tensor
+    outcome: RefillOutcome
+
+
+class GenerationStep:
+    """The rounds of one generation step on one process; see the module docstring.
+
+    Args:
+        backend: the generation backend.
+        check: why a completion is unusable, or None (invariant I5).
+        collectives: the process group's collectives.
+        group_size: G, completions per prompt.
+        max_retry_rounds: retry rounds after the first call; 0 disables retries, None means G rounds.
+        placeholder_prompt_id / placeholder_completion_id: token ids of the rows of dropped groups.
+    """
+
+    def __init__(
+        self,
+        backend: GenerationBackend,
+        *,
+        check: CompletionCheck,
+        collectives: Collectives,
+        group_size: int,
+        max_retry_rounds: int | None,
+        placeholder_prompt_id: int,
+        placeholder_completion_id: int,
+    ) -> None:
+        self.backend = backend
+        self.check = check
+        self.collectives = collectives
+        self.group_size = group_size
+        self.retry_limit = 0 if max_retry_rounds == 0 else determine_retry_limit(group_size, max_retry_rounds)
+        self.placeholder_prompt_id = placeholder_prompt_id
+        self.placeholder_completion_id = placeholder_completion_id
+
+    def collect(self, prompts: list[Any]) -> LocalBatch:
+        """First call plus retries for this process's rows (TRL's layout: G consecutive rows per prompt)."""
+        runs = local_runs(len(prompts), self.collectives.process_index * len(prompts), self.group_size)
+        batch = LocalBatch(prompts, runs)
+        self.recollect(batch, range(len(runs)))
+        return batch
+
+    def recollect(self, batch: LocalBatch, run_indices: Sequence[int]) -> None:
+        """Collect the given runs again (collective: a process with no run to collect still takes part)."""
+        batch.collect(
+            self.backend,
+            list(run_indices),
+            retry_limit=self.retry_limit,
+            check=self.check,
+            any_process=self.collectives.any,
+        )
+
+    def agree(self, batch: LocalBatch) -> GroupAgreement:
+        """Decide, identically on every process, which groups are complete everywhere (one gather)."""
+        collectives = self.collectives
+        table = collectives.gather(torch.tensor(batch.row_table(), dtype=torch.long, device=collectives.device))
+        group_kept = table[:, 0].view(-1, self.group_size).bool().all(dim=1)
+        global_keep = group_kept.repeat_interleave(self.group_size)
+        start = collectives.process_index * len(batch.prompts)
+        keep = global_keep[start : start + len(batch.prompts)].tolist()
+        return GroupAgreement(table, group_kept, global_keep, keep)
+
+    def assemble(self, batch: LocalBatch, agreement: GroupAgreement) -> GeneratedRows:
+        """TRL's rows for this process; rows of dropped groups get placeholders and ``keep=False``."""
+        return assemble_rows(
+            batch.runs,
+            batch.groups,
+            agreement.keep,
+            placeholder_prompt_id=self.placeholder_prompt_id,
+            placeholder_completion_id=self.placeholder_completion_id,
+        )
+
+    def refill(
+        self,
+        batch: LocalBatch,
+        agreement: GroupAgreement,
+        sampler: DynamicSampler,
+        inputs: list[dict[str, Any]],
+        score: RowScorer,
+    ) -> RefillResult:
+        """Dynamic sampling: replace groups without learning signal (prompts and ``inputs`` rows in place).
+
+        Rows scored in an earlier round keep their rewards; rows of dropped groups score NaN.
+        """
+        current = agreement
+        rewards: torch.Tensor | None = None
+
+        def score_rows(rows_to_score: Sequence[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+            nonlocal rewards
+            fresh = score(batch.prompts, self.assemble(batch, current), current, rows_to_score)
+            local = torch.tensor(list(rows_to_score), dtype=torch.bool, device=self.collectives.device)
+            scored = self.collectives.gather(local).to(fresh.device)
+            merged = fresh if rewards is None else torch.where(scored.unsqueeze(1), fresh, rewards)
+            merged[~current.global_keep.to(merged.device)] = torch.nan
+            rewards = merged
+            return merged, current.group_kept
+
+        def regenerate(local_rows: list[int]) -> torch.Tensor:
+            nonlocal current
+            replaced = set(local_rows)
+            self.recollect(batch, [i for i, run in enumerate(batch.runs) if run.start in replaced])
+            current = self.agree(batch)
+            return current.group_kept
+
+        outcome = sampler.refill(
+            group_size=self.group_size,
+            row_offset=self.collectives.process_index * len(batch.prompts),
+            inputs=inputs,
+            prompts=batch.prompts,
+            score=score_rows,
+            regenerate=regenerate,
+        )
+        assert rewards is not None  # refill scores at least once
+        return RefillResult(current, rewards, outcome)
+
+    def metrics(self, batch: LocalBatch, agreement: GroupAgreement, stop_ids: Sequence[int]) -> StepMetrics:
+        """Robustness counters summed over processes, and completion statistics over kept rows only."""
+        collectives = self.collectives
+        counts = [batch.stats[key] for key in STAT_KEYS]
+        local_stats = torch.tensor(counts, dtype=torch.long, device=collectives.device)
+        all_stats = collectives.gather(local_stats).view(-1, len(STAT_KEYS))
+        summed = dict(zip(STAT_KEYS, all_stats.sum(dim=0).tolist(), strict=True))
+        values = {
+            "generation/dropped_prompts": float((~agreement.group_kept).sum().item()),
+            "generation/retried_prompts": float(summed["retried_prompts"]),
+            "generation/retry_rounds": float(all_stats[:, STAT_KEYS.index("retry_rounds")].max().item()),
+            "generation/invalid_completions": float(summed["invalid_completions"]),
+            "generation/backend_errors": float(summed["backend_errors"]),
+        }
+        kept = agreement.table[agreement.global_keep]
+        if kept.numel() == 0:
+            return StepMetrics(values, kept_rows=0, kept_tokens=0)
+        lengths = kept[:, 2].float()
+        is_truncated = ~torch.isin(kept[:, 3], torch.tensor(list(stop_ids), device=kept.device))
+        terminated = lengths[~is_truncated]
+        if terminated.numel() == 0:
+            terminated = torch.zeros(1, device=kept.device)
+        values |= {
+            "completions/mean_length": lengths.mean().item(),
+            "completions/min_length": lengths.min().item(),
+            "completions/max_length": lengths.max().item(),
+            "completions/clipped_ratio": is_truncated.float().mean().item(),
+            "completions/mean_terminated_length": terminated.mean().item(),
+            "completions/min_terminated_length": terminated.min().item(),
+            "completions/max_terminated_length": terminated.max().item(),
+        }
+        return StepMetrics(values, kept_rows=len(kept), kept_tokens=int(kept[:, 1].sum().item() + kept[:, 2].sum()))
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """Metrics of one generation step: logged values, and the kept rows and tokens (all processes)."""
+
+    values: dict[str, float]
+    kept_rows: int
+    kept_tokens: int

@@ -1,0 +1,112 @@
+"""Run TRL's loss on the kept rows of a micro-batch only (invariant I6: a dropped row leaves no trace).
+
+Dropped rows travel through TRL as placeholders so that every process keeps its shapes (I1). TRL's loss would count
+them: `grpo`, `sapo` and `luspo` average over rows and `dr_grpo` divides by rows x `max_completion_length`, so the
+kept rows' gradient would shrink with the drop rate; and TRL's logged means fall back to unmasked means when a tensor
+has one column (sequence-level importance sampling, or one-token completions), so placeholders would enter `kl`,
+`entropy` and the clip ratios. Masking cannot fix either, so the trainer hands TRL's `_compute_loss` the micro-batch
+with the placeholder rows removed: the loss, its normalisers and its metrics are then exactly TRL's on the kept rows.
+
+Two things must stay collective for that: processes may now hold different row counts, and a process may hold no kept
+row at all. TRL's metric collectives assume equal shapes, so while the loss runs `metric_collectives` pads what each
+process gathers to the largest row count with NaN (TRL reduces those gathers with nan-aware min / max / mean). A
+process without a kept row still runs the loss (forward and backward are collective under DDP, FSDP and ZeRO-3) on one
+placeholder row, its loss multiplied by zero, and contributes nothing to any metric.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+#: Per-row tensors of a TRL GRPO micro-batch (dim 0 is the row).
+PER_ROW_KEYS = (
+    "prompt_ids",
+    "prompt_mask",
+    "completion_ids",
+    "completion_mask",
+    "advantages",
+    "old_per_token_logps",
+    "importance_sampling_ratio",
+    "sampling_per_token_logps",
+    "ref_per_token_logps",
+    "tool_mask",
+)
+
+#: Key under which the trainer stores, per row, whether it is data (bool [B]).
+ROW_KEEP_KEY = "row_keep"
+
+#: Keys whose first dimension is not the row (images): dropping rows from such a batch is not supported.
+MULTIMODAL_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+    "num_images",
+    "num_tiles",
+)
+
+
+def select_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
+    """The micro-batch restricted to ``rows`` (indices [K]); scalars such as ``num_items_in_batch`` are shared."""
+    present = [key for key in MULTIMODAL_KEYS if inputs.get(key) is not None]
+    if present:
+        raise NotImplementedError(
+            f"A micro-batch with image inputs ({', '.join(present)}) lost prompt groups to generation failures; "
+            "dropping rows of multimodal batches is not supported. Set generation_max_retries higher or fix the "
+            "backend."
+        )
+    selected = dict(inputs)
+    for key in (*PER_ROW_KEYS, ROW_KEEP_KEY):
+        value = inputs.get(key)
+        if isinstance(value, torch.Tensor):
+            selected[key] = value.index_select(0, rows.to(value.device))
+    return selected
+
+
+@contextlib.contextmanager
+def metric_collectives(
+    accelerator: Any, *, contributes: bool, rows: int, keep_reduce: Callable[[torch.Tensor], bool]
+) -> Iterator[None]:
+    """Make TRL's metric collectives work on row subsets; see the module docstring.
+
+    Args:
+        accelerator: the trainer's `Accelerator`; its ``gather`` and ``reduce`` are replaced for the duration.
+        contributes: False on a process without a kept row: its gathers become NaN and its reduces zero.
+        rows: the largest row count any process passes to the loss; gathered per-row tensors are NaN-padded to it.
+        keep_reduce: reductions that must pass unchanged even when ``contributes`` is False (state that spans
+            several micro-batches, such as TRL's adaptive-entropy window).
+    """
+    saved = {name: accelerator.__dict__[name] for name in ("gather", "reduce") if name in accelerator.__dict__}
+    gather, reduce = accelerator.gather, accelerator.reduce
+
+    def padded_gather(tensor: Any) -> Any:
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+            return gather(tensor)
+        if tensor.ndim == 0:
+            return gather(tensor if contributes else torch.full_like(tensor, torch.nan))
+        missing = rows if not contributes else rows - tensor.shape[0]
+        filler = tensor.new_full((missing, *tensor.shape[1:]), torch.nan)
+        return gather(torch.cat([tensor, filler]) if contributes else filler)
+
+    def silent_reduce(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        if contributes or not isinstance(tensor, torch.Tensor) or keep_reduce(tensor):
+            return reduce(tensor, *args, **kwargs)
+        return reduce(torch.zeros_like(tensor), *args, **kwargs)
+
+    accelerator.gather, accelerator.reduce = padded_gather, silent_reduce
+    try:
+        yield
+    finally:
+        for name in ("gather", "reduce"):
+            if name in saved:
+                setattr(accelerator, name, saved[name])
+            else:
+                delattr(accelerator, name)

@@ -1,0 +1,217 @@
+"""I6 over TRL's settings: the gradient and the update with dropped rows equal those of the kept rows alone.
+
+For every TRL 1.16 `loss_type` x {no drop, partial drop, full drop} x steps_per_generation {1, 4} x
+gradient_accumulation_steps {1, 2}, the tiny model really trains through `MaxEntGRPOTrainer`. Every micro-batch the
+trainer's loss receives (placeholder rows included) is recorded, with the gradient and the parameters around each
+optimizer step. The reference is stock TRL's `GRPOTrainer._compute_loss` on the same micro-batches with the dropped
+rows physically removed, applied to a copy of the weights, and the same optimizer (its state copied) stepped on that
+gradient. A window whose micro-batches hold no kept row must leave every parameter exactly as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from trl import GRPOTrainer
+
+from maxent_grpo import MaxEntGRPOTrainer
+from tests.support.tagged_backend import TaggedBackend
+from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
+
+pytestmark = pytest.mark.slow
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+ROWS_PER_DEVICE = 8  # two groups of four per micro-batch
+NUM_PROMPTS = 16
+
+
+def digit_reward(completions, **kwargs):
+    """Varies within a group (the tagged backend numbers its completions), so advantages are not all zero."""
+    return [float(completion[-1]) for completion in completions]
+
+
+class RecordingTrainer(MaxEntGRPOTrainer):
+    """Records each optimizer window: its micro-batches, parameters before/after, gradient, optimizer state."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.windows: list[dict] = []
+        self._micro_batches: list[dict] = []
+
+    def _compute_loss(self, model, inputs):
+        self._micro_batches.append({k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()})
+        return super()._compute_loss(model, inputs)
+
+    def create_optimizer(self, *args, **kwargs):
+        optimizer = super().create_optimizer(*args, **kwargs)
+        optimizer.register_step_pre_hook(self._before_step)  # runs after the trainer's own pre-hook
+        optimizer.register_step_post_hook(self._after_step)
+        return optimizer
+
+    def _named(self, optimizer):
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        return [(names[id(p)], p) for group in optimizer.param_groups for p in group["params"]]
+
+    def _before_step(self, optimizer, args, kwargs):
+        named = self._named(optimizer)
+        self.windows.append(
+            {
+                "micro_batches": self._micro_batches,
+                "before": {n: p.detach().clone() for n, p in named},
+                "grads": {n: None if p.grad is None else p.grad.detach().clone() for n, p in named},
+                "optimizer_state": copy.deepcopy(optimizer.state_dict()),
+                "optimizer_class": type(optimizer),
+                "param_groups": [
+                    (
+                        {k: v for k, v in group.items() if k != "params"},
+                        [n for n, p in named if any(p is q for q in group["params"])],
+                    )
+                    for group in optimizer.param_groups
+                ],
+            }
+        )
+        self._micro_batches = []
+
+    def _after_step(self, optimizer, args, kwargs):
+        self.windows[-1]["after"] = {n: p.detach().clone() for n, p in self._named(optimizer)}
+
+
+PROMPTS = [f"p{i}:" for i in range(NUM_PROMPTS)]
+DROPPED = {"none": frozenset(), "partial": frozenset(PROMPTS[::2]), "full": frozenset(PROMPTS)}
+
+
+def _train(
+    tmp_path,
+    *,
+    loss_type,
+    steps_per_generation,
+    gradient_accumulation_steps,
+    dropped=frozenset(),
+    empty_positions=frozenset(),
+    max_steps=1,
+    **extra,
+):
+    model, tokenizer = tiny_model_and_tokenizer()
+    backend = TaggedBackend(tokenizer, empty_prompts=dropped, empty_positions=empty_positions)
+    overrides = {
+        "loss_type": loss_type,
+        "per_device_train_batch_size": ROWS_PER_DEVICE,
+        "steps_per_generation": steps_per_generation,
+        "gradient_accumulation_steps": gradient_accumulation_steps,
+        "max_steps": max_steps,
+        "generation_max_retries": 0,
+        "generation_max_consecutive_empty_batches": 100,
+        "max_grad_norm": 0.0,  # no clipping: the comparison is of raw gradients
+        "learning_rate": 1e-3,
+    }
+    if loss_type == "luspo":
+        overrides["importance_sampling_level"] = "sequence"  # TRL requires it for LUSPO
+    overrides.update(extra)
+    trainer = RecordingTrainer(
+        model=model,
+        reward_funcs=digit_reward,
+        args=tiny_config(tmp_path, **overrides),
+        train_dataset=letter_dataset(NUM_PROMPTS),
+        processing_class=tokenizer,
+        generation_backend=backend,
+    )
+    trainer.train()
+    return trainer
+
+
+def _kept_only(micro_batch):
+    rows = micro_batch["row_keep"].nonzero().flatten()
+    return {
+        key: value.index_select(0, rows) if torch.is_tensor(value) and value.ndim > 0 else value
+        for key, value in micro_batch.items()
+    }
+
+
+def _reference_gradient(trainer, window):
+    """Stock TRL's loss on the kept rows alone, accumulated over the window, on a copy of the weights."""
+    reference = copy.deepcopy(trainer.model)
+    reference.load_state_dict(window["before"], strict=False)
+    reference.train()
+    for micro_batch in window["micro_batches"]:
+        if bool(micro_batch["row_keep"].any()):
+            GRPOTrainer._compute_loss(trainer, reference, _kept_only(micro_batch)).backward()
+    return reference, {n: p.grad for n, p in reference.named_parameters() if n in window["before"]}
+
+
+def _relative_error(actual, expected):
+    a = torch.cat([t.flatten() for t in actual])
+    e = torch.cat([t.flatten() for t in expected])
+    return ((a - e).norm() / e.norm().clamp(min=1e-30)).item()
+
+
+def _check_window(trainer, window):
+    names = list(window["before"])
+    kept = sum(int(mb["row_keep"].sum()) for mb in window["micro_batches"])
+    if kept == 0:
+        for name in names:
+            assert torch.equal(window["after"][name], window["before"][name]), f"{name} moved without a kept row"
+        return 0.0, 0.0
+    reference, expected = _reference_gradient(trainer, window)
+    actual = [window["grads"][n] if window["grads"][n] is not None else torch.zeros_like(expected[n]) for n in names]
+    gradient_error = _relative_error(actual, [expected[n] for n in names])
+
+    params = [reference.get_parameter(n) for n in names]
+    optimizer = window["optimizer_class"](
+        [{**group, "params": [reference.get_parameter(n) for n in group_names]}
+         for group, group_names in window["param_groups"]]
+    )  # fmt: skip
+    optimizer.load_state_dict(window["optimizer_state"])
+    optimizer.step()
+    update = [window["after"][n] - window["before"][n] for n in names]
+    expected_update = [p.detach() - window["before"][n] for n, p in zip(names, params, strict=True)]
+    return gradient_error, _relative_error(update, expected_update)
+
+
+@pytest.mark.parametrize("gradient_accumulation_steps", [1, 2])
+@pytest.mark.parametrize("steps_per_generation", [1, 4])
+@pytest.mark.parametrize("drop", ["none", "partial", "full"])
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_update_equals_that_of_the_kept_rows_alone(
+    tmp_path, loss_type, drop, steps_per_generation, gradient_accumulation_steps
+):
+    trainer = _train(
+        tmp_path,
+        loss_type=loss_type,
+        dropped=DROPPED[drop],
+        steps_per_generation=steps_per_generation,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+    )
+    assert len(trainer.windows) == 1
+    (window,) = trainer.windows
+    assert len(window["micro_batches"]) == gradient_accumulation_steps
+    kept = [bool(mb["row_keep"].any()) for mb in window["micro_batches"]]
+    if drop == "full":
+        assert not any(kept)
+    gradient_error, update_error = _check_window(trainer, window)
+    assert gradient_error <= 1e-6 and update_error <= 1e-6, (gradient_error, update_error)
+    for entry in trainer.state.log_history:
+        for key, value in entry.items():
+            assert not (isinstance(value, float) and math.isnan(value)), key
+
+
+def test_a_step_without_kept_rows_moves_nothing_even_with_weight_decay(tmp_path):
+    # One group of four survives, 4 micro-batches of 4 rows per generation batch: some optimizer step gets no kept
+    # row although the generation batch as a whole has data (TRL's num_items_in_batch > 0).
+    trainer = _train(
+        tmp_path,
+        loss_type="dapo",
+        empty_positions=frozenset({1, 2, 3}),
+        per_device_train_batch_size=4,
+        steps_per_generation=4,
+        gradient_accumulation_steps=1,
+        max_steps=4,
+        weight_decay=0.1,
+    )
+    kept = [sum(int(mb["row_keep"].sum()) for mb in w["micro_batches"]) for w in trainer.windows]
+    assert 0 in kept and any(kept), f"kept rows per step {kept}: need a step without and one with kept rows"
+    for window in trainer.windows:
+        gradient_error, update_error = _check_window(trainer, window)
+        assert gradient_error <= 1e-6 and update_error <= 1e-6

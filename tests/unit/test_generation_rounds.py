@@ -1,0 +1,96 @@
+"""Collective retry rounds (I7): every process makes the same backend calls, whatever failed where."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from maxent_grpo import Completion
+from maxent_grpo.training.generation.collect import collect_completion_groups
+
+
+class FlakyBackend:
+    """Returns ``short[k]`` completions fewer than asked for on the k-th call (tagged with their prompt)."""
+
+    def __init__(self, short: list[int]) -> None:
+        self.short = list(short)
+        self.calls: list[list[int]] = []
+
+    def generate(self, prompts: Sequence[str], counts: Sequence[int]) -> list[list[Completion]]:
+        self.calls.append(list(counts))
+        missing = self.short.pop(0) if self.short else 0
+        groups = []
+        for prompt, count in zip(prompts, counts, strict=True):
+            served = max(count - missing, 0)
+            groups.append([Completion(text=prompt, prompt_ids=[1], completion_ids=[2]) for _ in range(served)])
+        return groups
+
+
+def ok(completion: Completion) -> str | None:
+    return None
+
+
+class ThreadCollective:
+    """`any_process` across threads standing for processes: a barrier, then the OR of every thread's flag."""
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties)
+        self.flags: list[bool] = []
+        self.lock = threading.Lock()
+
+    def any_process(self, flag: bool) -> bool:
+        with self.lock:
+            self.flags.append(flag)
+        self.barrier.wait()
+        result = any(self.flags)
+        self.barrier.wait()
+        with self.lock:
+            self.flags.clear()
+        self.barrier.wait()
+        return result
+
+
+def test_a_process_with_nothing_missing_still_takes_part_in_every_round():
+    backend = FlakyBackend([])
+    result = collect_completion_groups(
+        backend, ["a", "b"], [4, 2], retry_limit=3, check=ok, any_process=lambda f: True
+    )
+    assert result.complete == [True, True]
+    assert backend.calls == [[4, 2], [], [], []]  # the first call, then three rounds with nothing to ask
+    assert result.calls == 4 and result.stats["retry_rounds"] == 3 and result.stats["retried_prompts"] == 0
+
+
+def test_rounds_stop_when_no_process_misses_anything():
+    backend = FlakyBackend([1, 1])
+    result = collect_completion_groups(backend, ["a"], [4], retry_limit=5, check=ok)
+    assert backend.calls == [[4], [1], [1]]  # the third call completes the group: no fourth round
+    assert result.complete == [True] and result.stats["retry_rounds"] == 2
+
+
+@pytest.mark.parametrize(("short_on_first", "short_on_second"), [([2, 2, 2], []), ([], [1]), ([3, 0, 3], [1, 1])])
+def test_two_processes_make_the_same_calls_when_faults_hit_one(short_on_first, short_on_second):
+    collective = ThreadCollective(2)
+    backends = [FlakyBackend(short_on_first), FlakyBackend(short_on_second)]
+    results: list = [None, None]
+
+    def run(rank: int, prompts: list[str], counts: list[int]) -> None:
+        results[rank] = collect_completion_groups(
+            backends[rank], prompts, counts, retry_limit=4, check=ok, any_process=collective.any_process
+        )
+
+    threads = [
+        threading.Thread(target=run, args=(0, ["a", "b"], [4, 2])),  # b straddles into the second process
+        threading.Thread(target=run, args=(1, ["b", "c"], [2, 4])),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert all(r is not None for r in results)
+    assert len(backends[0].calls) == len(backends[1].calls)
+    assert results[0].stats["retry_rounds"] == results[1].stats["retry_rounds"]
+    for result, prompts in zip(results, (["a", "b"], ["b", "c"]), strict=True):
+        for prompt, group in zip(prompts, result.groups, strict=True):
+            assert all(c.text == prompt for c in group)
