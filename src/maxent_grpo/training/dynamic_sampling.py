@@ -8,7 +8,9 @@ invariants I1-I5 hold for replacements too), until every group has signal or the
 TRL's synchronous `GRPOTrainer` has no dynamic sampling (trl#3708); verl calls it `algorithm.filter_groups`.
 
 Every process takes the same decisions: flat groups are found on the gathered rewards and replacement prompts are
-drawn from a generator seeded by (seed, step, round). A replaced row's prompt and dataset columns travel together: the
+drawn from a generator seeded by (seed, generation batch, round), where the generation batch counts the sampler's
+refills (one per generation batch on every process, so several generation batches inside one optimizer step draw
+different prompts) and is saved with checkpoints. A replaced row's prompt and dataset columns travel together: the
 row's entry in TRL's `inputs` list is replaced in place, so reward functions see the new prompt's columns.
 """
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -69,6 +71,9 @@ class DynamicSampler:
         seed: base seed of the replacement draws.
     """
 
+    #: Key of the sampler's state in the trainer's checkpoint file.
+    checkpoint_key: ClassVar[str] = "dynamic_sampler"
+
     def __init__(
         self,
         dataset: Any,
@@ -91,6 +96,7 @@ class DynamicSampler:
         self.max_rounds = max_rounds
         self.error_at_cap = error_at_cap
         self.seed = seed
+        self.generation_batches = 0
 
     def metric(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """[N] reward judging signal: one function's column, or the weighted sum (NaN when every function is NaN)."""
@@ -103,7 +109,6 @@ class DynamicSampler:
     def refill(
         self,
         *,
-        step: int,
         group_size: int,
         row_offset: int,
         inputs: list[dict[str, Any]],
@@ -113,8 +118,9 @@ class DynamicSampler:
     ) -> RefillOutcome:
         """Replace groups without signal until none is left or the cap is hit.
 
+        Every call is one generation batch: the draws of each call differ from those of every other call.
+
         Args:
-            step: global step (part of the draw seed).
             group_size: G.
             row_offset: global index of this process's first row.
             inputs / prompts: this process's dataset rows and prompts, [B]; replaced in place.
@@ -122,6 +128,8 @@ class DynamicSampler:
                 (rewards_per_func [N, F], group_kept [num_groups]) for the whole batch.
             regenerate: re-collects the given local rows (whole runs) and returns the new group_kept.
         """
+        batch = self.generation_batches
+        self.generation_batches += 1
         rewards, group_kept = score([True] * len(prompts))
         num_groups = group_kept.numel()
         flat = groups_without_signal(self.metric(rewards).view(-1, group_size), group_kept)
@@ -130,7 +138,7 @@ class DynamicSampler:
             outcome.rounds += 1
             flat_groups = flat.nonzero().flatten().tolist()
             draws = draw_replacements(
-                len(self.dataset), len(flat_groups), self.seed + 1_000_003 * step + outcome.rounds
+                len(self.dataset), len(flat_groups), self.seed + 1_000_003 * batch + outcome.rounds
             )
             replaced_rows = []
             for group, dataset_index in zip(flat_groups, draws, strict=True):
@@ -156,3 +164,14 @@ class DynamicSampler:
                 raise RuntimeError(message + " (dynamic_sampling_at_cap='error').")
             logger.info("%s; training on what was collected.", message)
         return outcome
+
+    def state_dict(self) -> dict[str, int]:
+        """JSON-serialisable state: the number of generation batches refilled so far."""
+        return {"generation_batches": self.generation_batches}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Restore the state saved by [`state_dict`]."""
+        batches = state["generation_batches"]
+        if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
+            raise ValueError(f"state['generation_batches'] must be an integer >= 0, got {batches!r}.")
+        self.generation_batches = batches
