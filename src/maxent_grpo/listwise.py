@@ -138,13 +138,16 @@ class ListwiseObjective:
         return advantages[start : start + num_local]
 
     def observe_kl(self, value: float) -> None:
-        """Record one KL value measured by TRL's loss (per micro-batch) for the next beta update."""
-        if math.isfinite(value):
+        """Record one KL value measured by TRL's loss (per micro-batch) for the next beta update.
+
+        Only the beta controller reads these values, so none is kept while beta is fixed (no ``kl_target``).
+        """
+        if self.beta.kl_target is not None and math.isfinite(value):
             self._kl_values.append(value)
 
     def _step_beta(self, trainer: MaxEntGRPOTrainer) -> None:
         """Feed the mean KL measured since the last rollout batch to the beta controller."""
-        if self.beta.kl_target is None or not self._kl_values:
+        if not self._kl_values:
             return
         trainer.beta = self.beta.update(sum(self._kl_values) / len(self._kl_values), n_steps=1)
         self._kl_values.clear()

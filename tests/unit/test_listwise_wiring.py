@@ -1,4 +1,4 @@
-"""`ListwiseObjective` on a scored batch: which rows are candidates."""
+"""`ListwiseObjective` on a scored batch: which rows are candidates, and what the beta controller keeps."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ class MirroredAccelerator:
         return torch.cat([tensor, tensor])
 
 
-def _objective(*, tau: float, beta: float) -> ListwiseObjective:
+def _objective(*, tau: float, beta: float, kl_target: float | None = None) -> ListwiseObjective:
     return ListwiseObjective(
         TauController(tau, None, lr=0.05, tau_min=1e-3, tau_max=100.0, warmup_steps=0),
-        BetaController(beta, None, horizon=10),
+        BetaController(beta, kl_target, horizon=10),
         q_temperature=1.0,
         q_epsilon=0.0,
         length_normalize_ref=True,
@@ -82,3 +82,19 @@ def test_tool_mask_counts_towards_the_unmasked_tokens() -> None:
     assert advantages[1] == 0
     assert advantages[[0, 2, 3]].abs().min() > 0
     assert abs(advantages.sum().item()) < 1e-5
+
+
+def test_kl_values_are_kept_only_for_the_beta_controller() -> None:
+    output = {"completion_mask": torch.ones(4, 2, dtype=torch.long), "ref_per_token_logps": torch.zeros(4, 2)}
+    fixed = _objective(tau=1.0, beta=0.1)
+    for _ in range(1000):
+        fixed.observe_kl(0.3)
+    assert fixed._kl_values == []
+
+    adaptive = _objective(tau=1.0, beta=0.1, kl_target=0.1)
+    trainer = _trainer([1.0, 2.0, 3.0, 4.0], 0.1)
+    for _ in range(3):
+        adaptive.observe_kl(0.3)
+    adaptive.advantages(trainer, output, "train")
+    assert adaptive._kl_values == []
+    assert trainer.beta > 0.1  # the measured KL was above target
