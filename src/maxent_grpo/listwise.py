@@ -2,7 +2,8 @@
 
 The listwise advantages are computed once per rollout batch, on the gathered batch of every process (groups may
 straddle processes), from the same rewards TRL just computed, and frozen for the update exactly like TRL's
-advantages. Dropped rows and unscorable rows are invalid candidates (weight 0, advantage 0).
+advantages. Dropped rows, unscorable rows and rows with no unmasked completion token are invalid candidates (weight 0,
+advantage 0).
 """
 
 from __future__ import annotations
@@ -77,11 +78,14 @@ class ListwiseObjective:
         valid = ~unscorable
         if trainer._global_row_keep is not None:
             valid &= trainer._global_row_keep.to(valid.device)
+        # A row without a single unmasked token (a truncated completion under `mask_truncated_completions`) trains
+        # nothing, so it is no candidate either, whatever beta: its reference term would be 0, the best value.
+        mask = output["completion_mask"] * output.get("tool_mask", 1)
+        valid &= accelerator.gather(mask.sum(dim=1) > 0).to(valid.device)
 
         beta = trainer.beta
         ref_term = None
         if beta > 0 and output.get("ref_per_token_logps") is not None:
-            mask = output["completion_mask"] * output.get("tool_mask", 1)
             ref_sum = (output["ref_per_token_logps"] * mask).sum(dim=1)
             local_ref = ref_sum / mask.sum(dim=1).clamp(min=1) if self.length_normalize_ref else ref_sum
             ref_term = accelerator.gather(local_ref.float()).view(-1, group_size)
@@ -134,13 +138,16 @@ class ListwiseObjective:
         return advantages[start : start + num_local]
 
     def observe_kl(self, value: float) -> None:
-        """Record one KL value measured by TRL's loss (per micro-batch) for the next beta update."""
-        if math.isfinite(value):
+        """Record one KL value measured by TRL's loss (per micro-batch) for the next beta update.
+
+        Only the beta controller reads these values, so none is kept while beta is fixed (no ``kl_target``).
+        """
+        if self.beta.kl_target is not None and math.isfinite(value):
             self._kl_values.append(value)
 
     def _step_beta(self, trainer: MaxEntGRPOTrainer) -> None:
         """Feed the mean KL measured since the last rollout batch to the beta controller."""
-        if self.beta.kl_target is None or not self._kl_values:
+        if not self._kl_values:
             return
         trainer.beta = self.beta.update(sum(self._kl_values) / len(self._kl_values), n_steps=1)
         self._kl_values.clear()

@@ -426,18 +426,29 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------------------------------- checkpoints
     def _save_checkpoint(self, model, trial) -> None:
+        """Also write one JSON file: the listwise controllers' state at its top level, the dynamic sampler's under
+        its own key (each only when in use)."""
         super()._save_checkpoint(model, trial)
-        if self.listwise is not None and self.args.should_save:
+        state = {} if self.listwise is None else self.listwise.state_dict(self)
+        if self.dynamic_sampler is not None:
+            state[DynamicSampler.checkpoint_key] = self.dynamic_sampler.state_dict()
+        if state and self.args.should_save:
             folder = os.path.join(
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
             with open(os.path.join(folder, CONTROLLER_STATE_FILE), "w") as handle:
-                json.dump(self.listwise.state_dict(self), handle)
+                json.dump(state, handle)
 
     def _load_optimizer_and_scheduler(self, checkpoint) -> None:
+        """Also restore what `_save_checkpoint` wrote (a file holding only listwise keys reads the same way)."""
         super()._load_optimizer_and_scheduler(checkpoint)
-        if self.listwise is not None and checkpoint is not None:
-            path = os.path.join(checkpoint, CONTROLLER_STATE_FILE)
-            if os.path.exists(path):
-                with open(path) as handle:
-                    self.listwise.load_state_dict(self, json.load(handle))
+        path = None if checkpoint is None else os.path.join(checkpoint, CONTROLLER_STATE_FILE)
+        if path is None or not os.path.exists(path):
+            return
+        with open(path) as handle:
+            state = json.load(handle)
+        sampler_state = state.pop(DynamicSampler.checkpoint_key, None)
+        if self.dynamic_sampler is not None and sampler_state is not None:
+            self.dynamic_sampler.load_state_dict(sampler_state)
+        if self.listwise is not None and state:
+            self.listwise.load_state_dict(self, state)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from datasets import Dataset
 
 from maxent_grpo import MaxEntGRPOTrainer
+from maxent_grpo.trainer import CONTROLLER_STATE_FILE
 from tests.support.tagged_backend import TaggedBackend, assert_row_aligned
 from tests.support.training import tiny_config, tiny_model_and_tokenizer
 
@@ -110,3 +113,38 @@ def test_works_with_the_listwise_objective(tmp_path):
 def test_unknown_metric_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"dynamic_sampling_metric='nope' is invalid.*half_constant"):
         _trainer(tmp_path, _dataset(4, 4), dynamic_sampling_metric="nope")
+
+
+def test_generation_batch_counter_travels_with_checkpoints(tmp_path):
+    # Two generation batches per optimizer step: the sampler counts both, the checkpoint keeps the count.
+    overrides = {"gradient_accumulation_steps": 2, "steps_per_generation": 1}
+    overrides |= {"save_strategy": "steps", "save_steps": 1}
+    trainer = _trainer(tmp_path, _dataset(8, 8), max_steps=1, **overrides)
+    trainer.train()
+    first = json.loads((tmp_path / "checkpoint-1" / CONTROLLER_STATE_FILE).read_text())
+    assert first == {"dynamic_sampler": {"generation_batches": 2}}  # no listwise objective: no controller keys
+
+    resumed = _trainer(tmp_path, _dataset(8, 8), max_steps=2, **overrides)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
+    second = json.loads((tmp_path / "checkpoint-2" / CONTROLLER_STATE_FILE).read_text())
+    assert second == {"dynamic_sampler": {"generation_batches": 4}}  # counted on from the restored 2
+
+
+def test_checkpoint_holds_both_states_and_old_listwise_files_still_load(tmp_path):
+    overrides = {"maxent_objective": "listwise", "save_strategy": "steps", "save_steps": 1}
+    trainer = _trainer(tmp_path, _dataset(8, 8), max_steps=1, **overrides)
+    trainer.train()
+    path = tmp_path / "checkpoint-1" / CONTROLLER_STATE_FILE
+    state = json.loads(path.read_text())
+    assert state["dynamic_sampler"] == {"generation_batches": 1}
+    assert set(state) == {"tau", "beta", "trainer_beta", "dynamic_sampler"}
+
+    # A checkpoint written before the sampler had state: listwise keys only.
+    del state["dynamic_sampler"]
+    state["tau"]["tau"] = 0.37
+    path.write_text(json.dumps(state))
+    resumed = _trainer(tmp_path, _dataset(8, 8), max_steps=2, **overrides)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
+    assert [e["maxent/tau"] for e in resumed.state.log_history if e["step"] == 2 and "maxent/tau" in e] == [0.37]
+    after = json.loads((tmp_path / "checkpoint-2" / CONTROLLER_STATE_FILE).read_text())
+    assert after["dynamic_sampler"] == {"generation_batches": 1}  # nothing to restore: counted from 0

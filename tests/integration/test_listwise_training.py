@@ -9,7 +9,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from maxent_grpo import MaxEntGRPOTrainer
+from maxent_grpo import Completion, MaxEntGRPOTrainer
 from maxent_grpo.rewards import vowel_start_reward
 from maxent_grpo.trainer import CONTROLLER_STATE_FILE
 from tests.support.training import tiny_config, tiny_model_and_tokenizer
@@ -22,6 +22,29 @@ class AdvantageRecorder(MaxEntGRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         self.recorded.append(output["advantages"].clone())
         return output
+
+
+class TruncatedFirstBackend:
+    """Every group is the completions "6" (truncated: no EOS), "2", "7", "1" (each ending in EOS)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def generate(self, prompts, counts):
+        groups = []
+        for prompt, count in zip(prompts, counts, strict=True):
+            prompt_ids = self.tokenizer(prompt)["input_ids"]
+            group = []
+            for slot in range(count):
+                text = "6271"[slot % 4]
+                ids = self.tokenizer(text)["input_ids"] + ([] if text == "6" else [self.tokenizer.eos_token_id])
+                group.append(Completion(text=text, prompt_ids=prompt_ids, completion_ids=ids))
+            groups.append(group)
+        return groups
+
+
+def digit_reward(completions, **kwargs):
+    return [float(completion) for completion in completions]
 
 
 def _vowel_data(n: int = 64) -> Dataset:
@@ -109,3 +132,33 @@ def test_controllers_continue_after_resume(tmp_path, tiny_model_dir):
     assert resumed_taus[3] == pytest.approx(saved["tau"]["tau"]) == pytest.approx(taus[3])
     assert resumed_betas[3] == pytest.approx(saved["trainer_beta"]) == pytest.approx(betas[3])
     assert all(math.isfinite(v) for v in [*resumed_taus.values(), *resumed_betas.values()])
+
+
+def test_masked_truncated_completions_are_no_candidates(tmp_path, tiny_model_dir):
+    _, tokenizer = tiny_model_and_tokenizer()
+    args = tiny_config(
+        tmp_path,
+        max_steps=1,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        maxent_objective="listwise",
+        maxent_tau=0.1,
+        beta=0.5,
+        mask_truncated_completions=True,
+    )
+    trainer = AdvantageRecorder(
+        model=str(tiny_model_dir),
+        reward_funcs=digit_reward,
+        args=args,
+        train_dataset=_vowel_data(),
+        processing_class=tokenizer,
+        generation_backend=TruncatedFirstBackend(tokenizer),
+    )
+    trainer.recorded = []
+    trainer.train()
+    (advantages,) = trainer.recorded
+    groups = advantages.view(-1, 4)
+    # The truncated completion (reward 6) trains nothing and takes no weight; the reward-7 completion leads.
+    assert (groups[:, 0] == 0).all()
+    assert (groups[:, 2] > 1.5).all() and (groups[:, [1, 3]] < 0).all()
+    assert groups.sum(dim=1).abs().max().item() < 1e-4

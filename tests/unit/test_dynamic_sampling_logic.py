@@ -1,7 +1,8 @@
-"""Which groups lack learning signal, and reproducible replacement draws."""
+"""Which groups lack learning signal, reproducible replacement draws and the sampler's checkpoint state."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -45,3 +46,57 @@ def test_rejects_unusable_datasets():
     images = Dataset.from_dict({"prompt": ["a"], "image": [None]})
     with pytest.raises(ValueError, match="image"):
         DynamicSampler(images, weights, metric_column=None, max_rounds=1, error_at_cap=False, seed=0)
+
+
+def _sampler(seed: int = 0) -> DynamicSampler:
+    data = Dataset.from_dict({"prompt": [f"p{i}:" for i in range(1000)]})
+    return DynamicSampler(data, torch.ones(1), metric_column=None, max_rounds=1, error_at_cap=False, seed=seed)
+
+
+def _refill(sampler: DynamicSampler) -> list[str]:
+    """One generation batch of two flat groups of 2 (one process); returns the replacement prompts it drew."""
+    prompts = ["a:", "a:", "b:", "b:"]
+    inputs = [{"prompt": p} for p in prompts]
+    rounds: list[list[int]] = []
+
+    def score(rows: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+        flat = not rounds  # every group has signal once it was replaced
+        rewards = torch.zeros(4, 1) if flat else torch.tensor([[0.0], [1.0], [0.0], [1.0]])
+        return rewards, torch.ones(2, dtype=torch.bool)
+
+    def regenerate(rows: list[int]) -> torch.Tensor:
+        rounds.append(rows)
+        return torch.ones(2, dtype=torch.bool)
+
+    outcome = sampler.refill(
+        group_size=2, row_offset=0, inputs=inputs, prompts=prompts, score=score, regenerate=regenerate
+    )
+    assert outcome.rounds == 1 and outcome.groups_with_signal == 2
+    assert [row["prompt"] for row in inputs] == prompts
+    return prompts
+
+
+def test_each_generation_batch_draws_new_replacements():
+    # Two generation batches inside one optimizer step (the global step does not move between them).
+    sampler = _sampler()
+    first, second = _refill(sampler), _refill(sampler)
+    assert first != second
+    assert sampler.state_dict() == {"generation_batches": 2}
+    assert _refill(_sampler()) == first  # reproducible for the same seed
+    assert _refill(_sampler(seed=1)) != first
+
+
+def test_a_restored_sampler_draws_what_the_original_draws_next():
+    original = _sampler()
+    _refill(original)
+    _refill(original)
+    restored = _sampler()
+    restored.load_state_dict(json.loads(json.dumps(original.state_dict())))
+    fresh = _sampler()
+    assert _refill(restored) == _refill(original) != _refill(fresh)
+
+
+@pytest.mark.parametrize("batches", [-1, 1.5, True, "2"])
+def test_state_rejects_invalid_counters(batches):
+    with pytest.raises(ValueError, match="generation_batches"):
+        _sampler().load_state_dict({"generation_batches": batches})

@@ -1,0 +1,100 @@
+"""`ListwiseObjective` on a scored batch: which rows are candidates, and what the beta controller keeps."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from maxent_grpo.listwise import ListwiseObjective
+from maxent_grpo.objective import BetaController, TauController
+
+GROUP_SIZE = 4
+
+
+class MirroredAccelerator:
+    """Process 1 of two processes that hold identical rows: a gather stacks the local tensor twice."""
+
+    process_index = 1
+
+    @staticmethod
+    def gather(tensor: torch.Tensor) -> torch.Tensor:
+        return torch.cat([tensor, tensor])
+
+
+def _objective(*, tau: float, beta: float, kl_target: float | None = None) -> ListwiseObjective:
+    return ListwiseObjective(
+        TauController(tau, None, lr=0.05, tau_min=1e-3, tau_max=100.0, warmup_steps=0),
+        BetaController(beta, kl_target, horizon=10),
+        q_temperature=1.0,
+        q_epsilon=0.0,
+        length_normalize_ref=True,
+        mode_key=None,
+        coverage_threshold=1.0,
+    )
+
+
+def _trainer(rewards: list[float], beta: float) -> SimpleNamespace:
+    """The attributes `ListwiseObjective.advantages` reads, for one local group of `rewards` (mirrored globally)."""
+    return SimpleNamespace(
+        accelerator=MirroredAccelerator(),
+        num_generations=GROUP_SIZE,
+        num_generations_eval=GROUP_SIZE,
+        _last_rewards_per_func=torch.tensor(rewards * 2).unsqueeze(1),
+        reward_weights=torch.ones(1),
+        _global_row_keep=None,
+        beta=beta,
+        _last_completion_texts=["x"] * len(rewards),
+        _last_completion_ids=[[1]] * len(rewards),
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+        _logs={"advantages": []},
+    )
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_a_row_without_unmasked_tokens_is_no_candidate(beta: float) -> None:
+    # Row 0 was truncated and `mask_truncated_completions` zeroed its mask: its length-normalised reference term
+    # would be 0 (the best value) while every real completion has -4.5.
+    completion_mask = torch.tensor([[0, 0, 0], [1, 1, 1], [1, 1, 1], [1, 1, 1]])
+    output = {"completion_mask": completion_mask, "ref_per_token_logps": torch.full((4, 3), -4.5)}
+    if beta == 0:
+        del output["ref_per_token_logps"]  # TRL computes no reference log-probs without beta
+    trainer = _trainer([6.0, 2.0, 7.0, 1.0], beta)
+    tau = 0.1
+
+    advantages = _objective(tau=tau, beta=beta).advantages(trainer, output, "train")
+
+    # The three real candidates share one reference term, so it cancels: w = softmax(r / (tau + beta)).
+    weights = torch.softmax(torch.tensor([2.0, 7.0, 1.0]) / (tau + beta), dim=0)
+    expected = torch.cat([torch.zeros(1), 3 * weights - 1])
+    torch.testing.assert_close(advantages, expected, atol=1e-5, rtol=0)
+    assert advantages[2] > 1.9  # the best real completion is pushed up, not down
+
+
+def test_tool_mask_counts_towards_the_unmasked_tokens() -> None:
+    output = {
+        "completion_mask": torch.ones(4, 2, dtype=torch.long),
+        "tool_mask": torch.tensor([[1, 1], [0, 0], [1, 0], [1, 1]]),
+    }
+    advantages = _objective(tau=1.0, beta=0.0).advantages(_trainer([1.0, 9.0, 0.0, 2.0], 0.0), output, "train")
+    assert advantages[1] == 0
+    assert advantages[[0, 2, 3]].abs().min() > 0
+    assert abs(advantages.sum().item()) < 1e-5
+
+
+def test_kl_values_are_kept_only_for_the_beta_controller() -> None:
+    output = {"completion_mask": torch.ones(4, 2, dtype=torch.long), "ref_per_token_logps": torch.zeros(4, 2)}
+    fixed = _objective(tau=1.0, beta=0.1)
+    for _ in range(1000):
+        fixed.observe_kl(0.3)
+    assert fixed._kl_values == []
+
+    adaptive = _objective(tau=1.0, beta=0.1, kl_target=0.1)
+    trainer = _trainer([1.0, 2.0, 3.0, 4.0], 0.1)
+    for _ in range(3):
+        adaptive.observe_kl(0.3)
+    adaptive.advantages(trainer, output, "train")
+    assert adaptive._kl_values == []
+    assert trainer.beta > 0.1  # the measured KL was above target
