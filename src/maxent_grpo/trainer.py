@@ -12,7 +12,6 @@ from typing import Any, NamedTuple
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
-from trl.data_utils import is_conversational
 
 from maxent_grpo.config import maxent_config_from
 from maxent_grpo.listwise import ListwiseObjective
@@ -25,6 +24,7 @@ from maxent_grpo.training.generation.backends import (
 )
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.collect import STAT_KEYS
+from maxent_grpo.training.generation.completion_format import format_completions
 from maxent_grpo.training.generation.local_batch import LocalBatch
 from maxent_grpo.training.generation.rows import GeneratedRows, assemble_rows, local_runs
 from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning
@@ -199,7 +199,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             if all(rows.keep)
             else [[int(k)] * len(ids) for k, ids in zip(rows.keep, rows.completion_ids, strict=True)]
         )
-        completions = self._format_completions(batch.prompts, rows.texts)
+        completions = self._format_completions(batch.prompts, rows)
         return rows.prompt_ids, rows.completion_ids, tool_mask, completions, rows.logprobs, {}, None, []
 
     def _collect(self, batch: LocalBatch, run_indices: Sequence[int]) -> None:
@@ -230,11 +230,10 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             placeholder_completion_id=self.eos_token_ids[0],
         )
 
-    @staticmethod
-    def _format_completions(prompts: Sequence[Any], texts: list[str]) -> list:
-        if prompts and is_conversational({"prompt": prompts[0]}):
-            return [[{"role": "assistant", "content": text}] for text in texts]
-        return texts
+    def _format_completions(self, prompts: Sequence[Any], rows: GeneratedRows) -> list:
+        return format_completions(
+            self._tokenizer, prompts, rows.prompt_ids, rows.completion_ids, rows.texts, rows.keep
+        )
 
     def _refill_groups_without_signal(
         self, prompts: list, batch: LocalBatch, agreement: GroupAgreement, group_size: int
@@ -253,7 +252,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                     self,
                     self._current_inputs,
                     batch.prompts,
-                    self._format_completions(batch.prompts, rows.texts),
+                    self._format_completions(batch.prompts, rows),
                     rows.completion_ids,
                 )
             local = torch.tensor(list(rows_to_score), dtype=torch.bool, device=self.accelerator.device)
