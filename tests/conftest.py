@@ -23,3 +23,16 @@ def tiny_model_dir(tmp_path_factory):
     from maxent_grpo.tiny_model import save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture
+def default_config_buildable(monkeypatch, tmp_path):
+    """Let TRL's default config be built on a CPU-only machine, inside a scratch working directory.
+
+    `GRPOConfig` turns bf16 on by default and `TrainingArguments` rejects that without a bf16 GPU, so on CPU stock
+    `GRPOTrainer(model, reward_funcs)` stops at that ValueError too. The default output_dir is relative to the cwd.
+    """
+    import transformers.training_args
+
+    monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)
+    monkeypatch.chdir(tmp_path)

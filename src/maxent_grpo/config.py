@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import MISSING, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal
 
 from trl import GRPOConfig
+from trl.trainer.utils import get_config_model_id
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 OBJECTIVES = ("grpo", "listwise")
 
@@ -141,6 +145,9 @@ class MaxEntGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._validate()
+
+    def _validate(self) -> None:
         self._validate_generation_fields()
         self._validate_dynamic_sampling_fields()
         self._validate_maxent_fields()
@@ -211,3 +218,33 @@ class MaxEntGRPOConfig(GRPOConfig):
                 resolve_mode_key(self.maxent_mode_key)
             except ValueError as error:
                 raise ValueError(f"maxent_mode_key={self.maxent_mode_key!r} is invalid: {error}") from error
+
+
+def maxent_config_from(args: GRPOConfig | None, model: str | PreTrainedModel) -> MaxEntGRPOConfig:
+    """The `MaxEntGRPOConfig` a trainer given ``args`` and ``model`` runs with, as a drop-in for `GRPOTrainer`.
+
+    - None: ``MaxEntGRPOConfig(f"{model_name}-GRPO")``, the default `GRPOTrainer` builds, where ``model_name`` is the
+      last path component of the model id (``model`` itself when it is a string, else its config's ``_name_or_path``).
+    - a `MaxEntGRPOConfig`: returned unchanged.
+    - a plain `GRPOConfig`: a `MaxEntGRPOConfig` with the same values and every MaxEnt field at its default. The values
+      are copied as they stand after `GRPOConfig.__post_init__` (which derives some fields from others, such as
+      ``generation_batch_size`` from ``steps_per_generation``, and would reject both set at once), not re-derived.
+
+    Raises:
+        TypeError: ``args`` is anything else; the trainer calls this before it loads anything.
+    """
+    if isinstance(args, MaxEntGRPOConfig):
+        return args
+    if args is None:
+        model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+        return MaxEntGRPOConfig(f"{model_name.split('/')[-1]}-GRPO")
+    if not isinstance(args, GRPOConfig):
+        raise TypeError(f"args must be a MaxEntGRPOConfig, a trl.GRPOConfig or None, got {type(args).__name__}.")
+    config = MaxEntGRPOConfig.__new__(MaxEntGRPOConfig)
+    config.__dict__.update(vars(args))
+    grpo_fields = {spec.name for spec in fields(GRPOConfig)}
+    for spec in fields(MaxEntGRPOConfig):
+        if spec.name not in grpo_fields:
+            setattr(config, spec.name, spec.default if spec.default is not MISSING else spec.default_factory())
+    config._validate()
+    return config

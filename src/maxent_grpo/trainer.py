@@ -12,10 +12,9 @@ from typing import Any
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
-from trl.data_utils import is_conversational
 from trl.trainer.utils import nanmax, nanmin, nanstd
 
-from maxent_grpo.config import MaxEntGRPOConfig
+from maxent_grpo.config import maxent_config_from
 from maxent_grpo.listwise import ListwiseObjective
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, RefillOutcome
 from maxent_grpo.training.generation.backends import (
@@ -25,6 +24,7 @@ from maxent_grpo.training.generation.backends import (
     VLLMServerBackend,
 )
 from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.completion_format import format_completions
 from maxent_grpo.training.generation.rows import GeneratedRows
 from maxent_grpo.training.generation.step import Collectives, GenerationStep, GroupAgreement, StepMetrics
 from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
@@ -54,19 +54,28 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         generation_backend: any object implementing `GenerationBackend`. When None, the trainer builds the built-in
             backend that TRL's own fields select: `TransformersBackend`, or with ``use_vllm`` the colocate or server
             backend over TRL's vLLM machinery.
+        args: a `MaxEntGRPOConfig`; a plain `trl.GRPOConfig` (its values, MaxEnt fields at their defaults); or None,
+            for the default `GRPOTrainer` would build (see `maxent_config_from`).
         All other arguments are `GRPOTrainer`'s. Tools, environments and `rollout_func` are not supported.
     """
 
     def __init__(self, *args: Any, generation_backend: GenerationBackend | None = None, **kwargs: Any) -> None:
+        # `args` (the config) is GRPOTrainer's third parameter; resolve it before anything is loaded.
+        positional = list(args)
+        model = kwargs["model"] if "model" in kwargs else positional[0] if positional else None
+        if model is None:
+            raise TypeError("MaxEntGRPOTrainer needs a `model` (a model id, a path or a model instance).")
+        if len(positional) > 2:
+            positional[2] = maxent_config_from(positional[2], model)
+        else:
+            kwargs["args"] = maxent_config_from(kwargs.get("args"), model)
         for unsupported in ("tools", "rollout_func", "environment_factory"):
             if kwargs.get(unsupported) is not None:
                 raise ValueError(
                     f"MaxEntGRPOTrainer does not support `{unsupported}`: its generation step is the backend + "
                     "retry/drop pipeline. Use a custom `generation_backend` instead."
                 )
-        super().__init__(*args, **kwargs)
-        if not isinstance(self.args, MaxEntGRPOConfig):
-            raise TypeError(f"MaxEntGRPOTrainer needs a MaxEntGRPOConfig, got {type(self.args).__name__}.")
+        super().__init__(*positional, **kwargs)
         if self.use_vllm and self.vllm_mode == "colocate" and self.args.vllm_tensor_parallel_size > 1:
             raise ValueError("vllm_tensor_parallel_size > 1 is not supported by MaxEntGRPOTrainer's colocate backend.")
         if generation_backend is not None and not isinstance(generation_backend, GenerationBackend):
@@ -201,18 +210,17 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             if all(rows.keep)
             else [[int(k)] * len(ids) for k, ids in zip(rows.keep, rows.completion_ids, strict=True)]
         )
-        completions = self._format_completions(batch.prompts, rows.texts)
+        completions = self._format_completions(batch.prompts, rows)
         return rows.prompt_ids, rows.completion_ids, tool_mask, completions, rows.logprobs, {}, None, []
 
     @property
     def _stop_ids(self) -> list[int]:
         return [*self.eos_token_ids, self._tokenizer.pad_token_id]
 
-    @staticmethod
-    def _format_completions(prompts: Sequence[Any], texts: list[str]) -> list:
-        if prompts and is_conversational({"prompt": prompts[0]}):
-            return [[{"role": "assistant", "content": text}] for text in texts]
-        return texts
+    def _format_completions(self, prompts: Sequence[Any], rows: GeneratedRows) -> list:
+        return format_completions(
+            self._tokenizer, prompts, rows.prompt_ids, rows.completion_ids, rows.texts, rows.keep
+        )
 
     def _score_rows(
         self, prompts: list, rows: GeneratedRows, agreement: GroupAgreement, rows_to_score: Sequence[bool]
@@ -230,7 +238,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                 self,
                 self._current_inputs,
                 prompts,
-                self._format_completions(prompts, rows.texts),
+                self._format_completions(prompts, rows),
                 rows.completion_ids,
             )
         num_rows = len(rows_to_score)

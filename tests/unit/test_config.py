@@ -1,10 +1,14 @@
-"""MaxEntGRPOConfig rejects bad values with an error naming the field, the value and the allowed range."""
+"""MaxEntGRPOConfig rejects bad values with an error naming the field, the value and the allowed range; a plain
+GRPOConfig (or None) becomes a MaxEntGRPOConfig with the same values, as TRL's GRPOTrainer would take it."""
 
 from __future__ import annotations
 
 import pytest
+from transformers import TrainingArguments
+from trl import GRPOConfig
 
 from maxent_grpo import MaxEntGRPOConfig
+from maxent_grpo.config import maxent_config_from
 
 BASE = {"output_dir": "unused", "use_cpu": True, "report_to": "none", "per_device_train_batch_size": 4,
         "num_generations": 4}  # fmt: skip
@@ -47,3 +51,35 @@ def test_cross_field_rules():
 def test_good_values_pass():
     config = MaxEntGRPOConfig(**BASE, maxent_objective="listwise", maxent_mode_key="boxed", dynamic_sampling=True)
     assert config.maxent_mode_key == "boxed" and config.dynamic_sampling
+
+
+def test_grpo_config_converts_with_its_values_and_maxent_defaults(tmp_path):
+    user_values = {**BASE, "output_dir": str(tmp_path / "run"), "learning_rate": 3e-4, "num_generations": 2,
+                   "beta": 0.05, "loss_type": "dr_grpo", "steps_per_generation": 2, "max_completion_length": 17,
+                   "lr_scheduler_type": "cosine", "scale_rewards": False}  # fmt: skip
+    plain = GRPOConfig(**user_values)
+    converted = maxent_config_from(plain, "unused/model")
+    assert isinstance(converted, MaxEntGRPOConfig) and converted is not plain
+    # Exactly what writing MaxEntGRPOConfig with the same arguments gives: the same values, MaxEnt fields at defaults.
+    assert converted.to_dict() == MaxEntGRPOConfig(**user_values).to_dict()
+    # Fields GRPOConfig derives in __post_init__ keep their derived values (re-deriving them would fail).
+    assert (converted.generation_batch_size, converted.steps_per_generation) == (8, 2)
+    assert (converted.scale_rewards, converted.report_to) == ("none", [])
+    assert (converted.learning_rate, converted.beta, converted.loss_type) == (3e-4, 0.05, "dr_grpo")
+
+
+def test_config_from_passes_maxent_config_through_and_defaults_like_trl(default_config_buildable):
+    config = MaxEntGRPOConfig(**BASE, maxent_objective="listwise")
+    assert maxent_config_from(config, "unused") is config
+    default = maxent_config_from(None, "org/some-model")
+    assert isinstance(default, MaxEntGRPOConfig)
+    assert default.to_dict() == MaxEntGRPOConfig("some-model-GRPO").to_dict()
+
+
+def test_config_from_rejects_other_arguments():
+    with pytest.raises(
+        TypeError, match=r"args must be a MaxEntGRPOConfig, a trl\.GRPOConfig or None, got TrainingArg"
+    ):
+        maxent_config_from(TrainingArguments(output_dir="unused", use_cpu=True, report_to="none"), "unused")
+    with pytest.raises(TypeError, match="got dict"):
+        maxent_config_from({"learning_rate": 1e-3}, "unused")
