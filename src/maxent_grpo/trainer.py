@@ -392,7 +392,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         total_kept = int(kept_rows.sum().item())
         if mode == "train" and total_kept > 0:
             self._window_has_data = True
-        kl_logged = len(self._metrics[mode]["kl"])
+        kl_logged = len(self._metrics[mode].get("kl", ()))
         if bool((kept_rows == keep.numel()).all()):
             loss = super()._compute_loss(model, inputs)
         else:
@@ -410,7 +410,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                 loss = loss * 0.0
             if total_kept == 0:  # no process held data: the metrics TRL just logged describe placeholders
                 self._forget_metrics(mode, list(self._metrics[mode]), logged_before)
-        if self.listwise is not None and mode == "train" and len(self._metrics[mode]["kl"]) > kl_logged:
+        if self.listwise is not None and mode == "train" and len(self._metrics[mode].get("kl", ())) > kl_logged:
             self.listwise.observe_kl(self._metrics[mode]["kl"][-1])
         return loss
 

@@ -63,6 +63,12 @@ def main() -> None:
         dynamic_sampling=mode in ("dynamic", "one_rank_faults"),
         dynamic_sampling_max_rounds=12,
         gradient_accumulation_steps=2 if mode == "one_rank_faults" else 1,
+        steps_per_generation=1 if mode == "one_rank_faults" else None,  # two generation batches per optimizer step
+        # Exercise, across processes holding different kept-row counts, the loss's collectives that are not metrics.
+        top_entropy_quantile=0.8 if mode == "faults" else 1.0,
+        use_adaptive_entropy=mode == "faults",
+        entropy_coef=0.01 if mode == "faults" else 0.0,
+        importance_sampling_level="sequence" if mode == "faults" else "token",
     )
     reward = EvenPromptsConstantReward() if mode in ("dynamic", "one_rank_faults") else AlignmentReward()
     trainer = RecordingTrainer(

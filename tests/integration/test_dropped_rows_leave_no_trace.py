@@ -92,9 +92,12 @@ def _train(
     dropped=frozenset(),
     empty_positions=frozenset(),
     max_steps=1,
+    model_path=None,
     **extra,
 ):
     model, tokenizer = tiny_model_and_tokenizer()
+    if model_path is not None:  # a reference model (beta > 0) is loaded by name
+        model = str(model_path)
     backend = TaggedBackend(tokenizer, empty_prompts=dropped, empty_positions=empty_positions)
     overrides = {
         "loss_type": loss_type,
@@ -215,3 +218,24 @@ def test_a_step_without_kept_rows_moves_nothing_even_with_weight_decay(tmp_path)
     for window in trainer.windows:
         gradient_error, update_error = _check_window(trainer, window)
         assert gradient_error <= 1e-6 and update_error <= 1e-6
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+def test_kept_rows_alone_with_kl_entropy_quantile_and_entropy_bonus(tmp_path, tiny_model_dir, loss_type):
+    trainer = _train(
+        tmp_path,
+        loss_type=loss_type,
+        dropped=DROPPED["partial"],
+        steps_per_generation=2,
+        gradient_accumulation_steps=2,
+        max_steps=2,
+        model_path=tiny_model_dir,
+        beta=0.1,
+        top_entropy_quantile=0.5,
+        entropy_coef=0.01,  # a static bonus: the reference applies the same one
+    )
+    assert len(trainer.windows) == 2
+    for window in trainer.windows:
+        gradient_error, update_error = _check_window(trainer, window)
+        assert gradient_error <= 1e-6 and update_error <= 1e-6, (gradient_error, update_error)
+    assert all(math.isfinite(v) for v in (e.get("kl", 0.0) for e in trainer.state.log_history) if v is not None)

@@ -6,9 +6,11 @@ import threading
 from collections.abc import Sequence
 
 import pytest
+import torch
 
 from maxent_grpo import Completion
 from maxent_grpo.training.generation.collect import collect_completion_groups
+from maxent_grpo.training.generation.step import Collectives, GenerationStep
 
 
 class FlakyBackend:
@@ -94,3 +96,21 @@ def test_two_processes_make_the_same_calls_when_faults_hit_one(short_on_first, s
     for result, prompts in zip(results, (["a", "b"], ["b", "c"]), strict=True):
         for prompt, group in zip(prompts, result.groups, strict=True):
             assert all(c.text == prompt for c in group)
+
+
+def test_the_retry_budget_is_the_group_size_whatever_part_of_a_group_a_process_holds():
+    # Process 1 of 2, 3 rows each, groups of 4: it holds one row of group 0 and two rows of group 1.
+    backend = FlakyBackend([10] * 10)  # nothing ever comes back
+    step = GenerationStep(
+        backend,
+        check=ok,
+        collectives=Collectives(process_index=1, device=torch.device("cpu"), gather=lambda tensor: tensor),
+        group_size=4,
+        max_retry_rounds=None,
+        placeholder_prompt_id=0,
+        placeholder_completion_id=1,
+    )
+    batch = step.collect(["a", "b", "b"])
+    assert batch.runs == [range(0, 1), range(1, 3)]
+    assert backend.calls == [[1, 2]] + [[1, 2]] * 4  # the first call, then num_generations rounds
+    assert batch.stats["retry_rounds"] == 4 and batch.complete == [False, False]

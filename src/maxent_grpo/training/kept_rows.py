@@ -77,35 +77,49 @@ def metric_collectives(
 ) -> Iterator[None]:
     """Make TRL's metric collectives work on row subsets; see the module docstring.
 
-    Args:
-        accelerator: the trainer's `Accelerator`; its ``gather`` and ``reduce`` are replaced for the duration.
-        contributes: False on a process without a kept row: its gathers become NaN and its reduces zero.
-        rows: the largest row count any process passes to the loss; gathered per-row tensors are NaN-padded to it.
-        keep_reduce: reductions that must pass unchanged even when ``contributes`` is False (state that spans
-            several micro-batches, such as TRL's adaptive-entropy window).
-    """
-    saved = {name: accelerator.__dict__[name] for name in ("gather", "reduce") if name in accelerator.__dict__}
-    gather, reduce = accelerator.gather, accelerator.reduce
+    Inside TRL's loss, `gather` and `reduce` compute metrics, with two exceptions that feed the loss or state that
+    spans micro-batches: the entropy-quantile mask gathers a tensor it first passed through
+    `pad_across_processes` (equal sizes already), and the adaptive-entropy window is reduced as one stored tensor.
+    Those pass unchanged; every other gather and reduce is treated as a metric.
 
-    def padded_gather(tensor: Any) -> Any:
-        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+    Args:
+        accelerator: the trainer's `Accelerator`; its ``gather``, ``reduce`` and ``pad_across_processes`` are
+            replaced for the duration.
+        contributes: False on a process without a kept row: its metric gathers become NaN and its reduces zero.
+        rows: the largest row count any process passes to the loss; gathered per-row metrics are NaN-padded to it.
+        keep_reduce: reductions that must pass unchanged (state that spans micro-batches).
+    """
+    names = ("gather", "reduce", "pad_across_processes")
+    saved = {name: accelerator.__dict__[name] for name in names if name in accelerator.__dict__}
+    gather, reduce, pad_across_processes = (getattr(accelerator, name) for name in names)
+    padded_by_caller: list[torch.Tensor] = []
+
+    def recording_pad(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        result = pad_across_processes(tensor, *args, **kwargs)
+        padded_by_caller.append(result)
+        return result
+
+    def metric_gather(tensor: Any) -> Any:
+        exempt = any(tensor is padded for padded in padded_by_caller)
+        if exempt or not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
             return gather(tensor)
         if tensor.ndim == 0:
             return gather(tensor if contributes else torch.full_like(tensor, torch.nan))
-        missing = rows if not contributes else rows - tensor.shape[0]
+        missing = rows - tensor.shape[0] if contributes else rows
         filler = tensor.new_full((missing, *tensor.shape[1:]), torch.nan)
         return gather(torch.cat([tensor, filler]) if contributes else filler)
 
-    def silent_reduce(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+    def metric_reduce(tensor: Any, *args: Any, **kwargs: Any) -> Any:
         if contributes or not isinstance(tensor, torch.Tensor) or keep_reduce(tensor):
             return reduce(tensor, *args, **kwargs)
         return reduce(torch.zeros_like(tensor), *args, **kwargs)
 
-    accelerator.gather, accelerator.reduce = padded_gather, silent_reduce
+    for name, replacement in zip(names, (metric_gather, metric_reduce, recording_pad), strict=True):
+        setattr(accelerator, name, replacement)
     try:
         yield
     finally:
-        for name in ("gather", "reduce"):
+        for name in names:
             if name in saved:
                 setattr(accelerator, name, saved[name])
             else:
