@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 CONTROLLER_STATE_FILE = "maxent_controllers.json"
 
+#: TRL loss types whose normaliser is per micro-batch (rows, or tokens for bnpo), see `_close_window`.
+PER_MICRO_BATCH_LOSSES = frozenset({"grpo", "bnpo", "dr_grpo", "sapo", "luspo"})
+
 
 class MaxEntGRPOTrainer(GRPOTrainer):
     """GRPO whose generation goes through a backend and the retry / aggregate / drop helpers.
@@ -46,8 +49,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     - `_generate_and_score_completions`: with ``maxent_objective="listwise"``, replaces the advantages by the MaxEnt
       listwise ones and steps the tau / beta controllers.
     - `_compute_loss`: TRL's loss, normalisers and metrics on the kept rows of each micro-batch only.
-    - `create_optimizer`: an optimizer step whose micro-batches held no kept row (on any process) changes no
-      parameter.
+    - `_clip_grad_norm` / `_get_grad_norm`: close each optimizer window before clipping: no gradient when no
+      micro-batch held a kept row (no parameter changes), else a mean over the micro-batches that held some.
     - `_save_checkpoint` / `_load_optimizer_and_scheduler`: controller state travels with checkpoints.
 
     Args:
@@ -89,7 +92,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._last_completion_ids: list[list[int]] = []
         self._last_rewards_per_func: torch.Tensor | None = None
         self._consecutive_empty_batches = 0
-        self._window_has_data = False
+        self._window_units = 0  # (process, micro-batch) pairs with a kept row in this optimizer window
         self._vocab_size = len(self._tokenizer)
         self.reward_funcs = [
             func if isinstance(func, torch.nn.Module) else mask_dropped_rows(func, lambda: self._row_keep)
@@ -336,9 +339,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             self._forget_metrics(mode, names, logged_before)
         else:
             self._restrict_zero_std_fraction(metrics, global_keep)
-            sequence_ratio = self.vllm_importance_sampling_mode.startswith("sequence")
-            if self.use_vllm and self.vllm_importance_sampling_correction and sequence_ratio:
-                self._restrict_sequence_ratio_metrics(metrics, output)
+            if self.use_vllm and self.vllm_importance_sampling_correction:
+                self._restrict_sampling_metrics(metrics, output)
         keep = global_keep.tolist()
         columns = [self._logs["prompt"], self._logs["completion"], self._logs["advantages"], self._logs["images"]]
         columns += [*self._logs["rewards"].values(), *self._logs["extra"].values()]
@@ -370,18 +372,34 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         zero = torch.isclose(std, torch.zeros_like(std))[group_kept]
         metrics["frac_reward_zero_std"][-1] = zero.float().mean().item()
 
-    def _restrict_sequence_ratio_metrics(self, metrics: dict[str, list[float]], output: dict[str, Any]) -> None:
-        """Sequence-level importance-sampling ratio statistics over kept rows (TRL counts placeholders as 1.0)."""
-        ratio = output["importance_sampling_ratio"][output[ROW_KEEP_KEY]].flatten().float()
-        local = (
-            torch.stack([ratio.min(), ratio.mean(), ratio.max()])
-            if ratio.numel()
-            else torch.full((3,), torch.nan, device=ratio.device)
-        )
-        gathered = self.accelerator.gather(local.unsqueeze(0))
-        values = (nanmin(gathered[:, 0]), gathered[:, 1].nanmean(), nanmax(gathered[:, 2]))
-        for suffix, value in zip(("min", "mean", "max"), values, strict=True):
-            metrics[f"sampling/importance_sampling_ratio/{suffix}"][-1] = value.item()
+    def _restrict_sampling_metrics(self, metrics: dict[str, list[float]], output: dict[str, Any]) -> None:
+        """TRL's `sampling/*` statistics over kept rows, a process without any left out (TRL counts it as 0, and
+        counts a placeholder's sequence-level ratio as 1.0)."""
+        keep = output[ROW_KEEP_KEY]
+        mask = output["completion_mask"].bool() & keep.unsqueeze(1)
+        if "tool_mask" in output:
+            mask &= output["tool_mask"].bool()
+        delta = torch.abs(output["old_per_token_logps"] - output["sampling_per_token_logps"])
+        delta = delta[mask & ~torch.isnan(delta)]
+        ratio = output["importance_sampling_ratio"]
+        ratio = ratio[keep].flatten() if ratio.shape[1] == 1 else ratio[mask]
+
+        def local_stats(values: torch.Tensor, *reducers: str) -> list[torch.Tensor]:
+            if values.numel() == 0:
+                return [values.new_tensor(torch.nan) for _ in reducers]
+            return [getattr(values.float(), reducer)() for reducer in reducers]
+
+        local = torch.stack([*local_stats(delta, "mean", "max"), *local_stats(ratio, "min", "mean", "max")])
+        gathered = self.accelerator.gather(local.unsqueeze(0).float())
+        values = {
+            "sampling/sampling_logp_difference/mean": gathered[:, 0].nanmean(),
+            "sampling/sampling_logp_difference/max": nanmax(gathered[:, 1]),
+            "sampling/importance_sampling_ratio/min": nanmin(gathered[:, 2]),
+            "sampling/importance_sampling_ratio/mean": gathered[:, 3].nanmean(),
+            "sampling/importance_sampling_ratio/max": nanmax(gathered[:, 4]),
+        }
+        for name, value in values.items():
+            metrics[name][-1] = value.item()
 
     # ------------------------------------------------------------------------------------------------- loss
     def _compute_loss(self, model, inputs):
@@ -390,8 +408,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         keep = inputs[ROW_KEEP_KEY]
         kept_rows = self.accelerator.gather(keep.sum().reshape(1).to(self.accelerator.device))
         total_kept = int(kept_rows.sum().item())
-        if mode == "train" and total_kept > 0:
-            self._window_has_data = True
+        if mode == "train":
+            self._window_units += int((kept_rows > 0).sum().item())
+        entropy_control = (self.entropy_coef, self._last_world_entropy)
         kl_logged = len(self._metrics[mode].get("kl", ()))
         if bool((kept_rows == keep.numel()).all()):
             loss = super()._compute_loss(model, inputs)
@@ -410,27 +429,46 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                 loss = loss * 0.0
             if total_kept == 0:  # no process held data: the metrics TRL just logged describe placeholders
                 self._forget_metrics(mode, list(self._metrics[mode]), logged_before)
+        if mode == "train" and self._window_units == 0 and self.accelerator.sync_gradients:
+            # TRL's adaptive entropy control closes its window here: a window without a kept token measures nothing.
+            self.entropy_coef, self._last_world_entropy = entropy_control
         if self.listwise is not None and mode == "train" and len(self._metrics[mode].get("kl", ())) > kl_logged:
             self.listwise.observe_kl(self._metrics[mode]["kl"][-1])
         return loss
 
-    # ------------------------------------------------------------------------------------ no update on nothing
-    def create_optimizer(self, *args: Any, **kwargs: Any) -> torch.optim.Optimizer:
-        optimizer = super().create_optimizer(*args, **kwargs)
-        optimizer.register_step_pre_hook(self._skip_empty_update)
-        optimizer.register_step_post_hook(self._reset_update_window)
-        return optimizer
+    # ------------------------------------------------------------------------------------- optimizer windows
+    def _clip_grad_norm(self, model):
+        self._close_window(model)
+        return super()._clip_grad_norm(model)
 
-    def _skip_empty_update(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        """Remove all gradients before a step whose micro-batches held no kept row, so no parameter moves."""
-        if self._window_has_data:
+    def _get_grad_norm(self, model, grad_norm=None):
+        if grad_norm is None:  # no clipping this run: `_clip_grad_norm` was not called
+            self._close_window(model)
+        return super()._get_grad_norm(model, grad_norm=grad_norm)
+
+    def _close_window(self, model: torch.nn.Module) -> None:
+        """Finish the gradient of an optimizer window, before clipping and the optimizer step (I6).
+
+        A window in which no process held a kept row in any micro-batch gets no gradient at all, so the optimizer
+        changes no parameter (no momentum or weight-decay step either). Otherwise, for the loss types TRL normalises
+        per micro-batch, the gradient becomes the mean over the (process, micro-batch) units that held kept rows
+        (TRL's own mean over micro-batches and processes when nothing is dropped): a unit without data would
+        otherwise count as a zero and shrink the step. dapo, cispo and vespo are normalised by the window's kept
+        token count already.
+        """
+        units, self._window_units = self._window_units, 0
+        parameters = list(model.parameters())
+        if units == 0:
+            for parameter in parameters:
+                parameter.grad = None
             return
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                param.grad = None
-
-    def _reset_update_window(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._window_has_data = False
+        if self.loss_type not in PER_MICRO_BATCH_LOSSES:
+            return
+        factor = self.accelerator.num_processes * self.current_gradient_accumulation_steps / units
+        if factor != 1.0:
+            for parameter in parameters:
+                if parameter.grad is not None:
+                    parameter.grad.mul_(factor)
 
     # ------------------------------------------------------------------------------------------- checkpoints
     def _save_checkpoint(self, model, trial) -> None:

@@ -128,3 +128,25 @@ def test_log_extra_columns_keep_first_round_values_under_dynamic_sampling(tmp_pa
     completions = list(trainer._logs["completion"])
     copies = list(trainer._logs["extra"]["completion_copy"])
     assert copies == completions  # every row's column is its own completion, first round or refilled
+
+
+def test_trl_adaptive_entropy_control_ignores_batches_without_kept_rows(tmp_path):
+    model, tokenizer = tiny_model_and_tokenizer()
+    trainer = MaxEntGRPOTrainer(
+        model=model,
+        reward_funcs=digit_reward,
+        args=tiny_config(
+            tmp_path,
+            max_steps=3,
+            entropy_coef=0.01,
+            use_adaptive_entropy=True,
+            entropy_target=1.0,
+            generation_max_consecutive_empty_batches=5,
+        ),
+        train_dataset=letter_dataset(8),
+        processing_class=tokenizer,
+        generation_backend=TaggedBackend(tokenizer, always_fail=True),
+    )
+    before = (trainer.entropy_coef, trainer._last_world_entropy)
+    trainer.train()
+    assert (trainer.entropy_coef, trainer._last_world_entropy) == before

@@ -58,7 +58,7 @@ def select_rows(inputs: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
     """The micro-batch restricted to ``rows`` (indices [K]); scalars such as ``num_items_in_batch`` are shared."""
     present = [key for key in MULTIMODAL_KEYS if inputs.get(key) is not None]
     if present:
-        raise NotImplementedError(
+        raise RuntimeError(
             f"A micro-batch with image inputs ({', '.join(present)}) lost prompt groups to generation failures; "
             "dropping rows of multimodal batches is not supported. Set generation_max_retries higher or fix the "
             "backend."
@@ -80,18 +80,19 @@ def metric_collectives(
     Inside TRL's loss, `gather` and `reduce` compute metrics, with two exceptions that feed the loss or state that
     spans micro-batches: the entropy-quantile mask gathers a tensor it first passed through
     `pad_across_processes` (equal sizes already), and the adaptive-entropy window is reduced as one stored tensor.
-    Those pass unchanged; every other gather and reduce is treated as a metric.
+    Those pass unchanged; every other gather and reduce is treated as a metric. `gather_for_metrics` (the MoE
+    auxiliary loss, which TRL averages without skipping NaN) gathers every process's value as it is.
 
     Args:
-        accelerator: the trainer's `Accelerator`; its ``gather``, ``reduce`` and ``pad_across_processes`` are
-            replaced for the duration.
+        accelerator: the trainer's `Accelerator`; its ``gather``, ``reduce``, ``pad_across_processes`` and
+            ``gather_for_metrics`` are replaced for the duration.
         contributes: False on a process without a kept row: its metric gathers become NaN and its reduces zero.
         rows: the largest row count any process passes to the loss; gathered per-row metrics are NaN-padded to it.
         keep_reduce: reductions that must pass unchanged (state that spans micro-batches).
     """
-    names = ("gather", "reduce", "pad_across_processes")
+    names = ("gather", "reduce", "pad_across_processes", "gather_for_metrics")
     saved = {name: accelerator.__dict__[name] for name in names if name in accelerator.__dict__}
-    gather, reduce, pad_across_processes = (getattr(accelerator, name) for name in names)
+    gather, reduce, pad_across_processes, gather_for_metrics = (getattr(accelerator, name) for name in names)
     padded_by_caller: list[torch.Tensor] = []
 
     def recording_pad(tensor: Any, *args: Any, **kwargs: Any) -> Any:
@@ -109,12 +110,16 @@ def metric_collectives(
         filler = tensor.new_full((missing, *tensor.shape[1:]), torch.nan)
         return gather(torch.cat([tensor, filler]) if contributes else filler)
 
+    def unchanged_gather_for_metrics(data: Any, *args: Any, **kwargs: Any) -> Any:
+        return gather(data) if isinstance(data, torch.Tensor) else gather_for_metrics(data, *args, **kwargs)
+
     def metric_reduce(tensor: Any, *args: Any, **kwargs: Any) -> Any:
         if contributes or not isinstance(tensor, torch.Tensor) or keep_reduce(tensor):
             return reduce(tensor, *args, **kwargs)
         return reduce(torch.zeros_like(tensor), *args, **kwargs)
 
-    for name, replacement in zip(names, (metric_gather, metric_reduce, recording_pad), strict=True):
+    replacements = (metric_gather, metric_reduce, recording_pad, unchanged_gather_for_metrics)
+    for name, replacement in zip(names, replacements, strict=True):
         setattr(accelerator, name, replacement)
     try:
         yield
