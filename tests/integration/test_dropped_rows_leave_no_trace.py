@@ -19,13 +19,15 @@ import torch
 from trl import GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.trainer import PER_MICRO_BATCH_LOSSES
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
 pytestmark = pytest.mark.slow
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+#: TRL normalises these per micro-batch (rows or tokens) and averages micro-batches; the others by the kept tokens of
+#: the whole generation batch.
+PER_MICRO_BATCH_LOSSES = ("grpo", "bnpo", "dr_grpo", "sapo", "luspo")
 ROWS_PER_DEVICE = 8  # two groups of four per micro-batch
 NUM_PROMPTS = 16
 
