@@ -158,10 +158,14 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     # --------------------------------------------------------------------------------------------- generation
     def _check_completion(self, completion: Completion) -> str | None:
-        """Why a completion is unusable (I5), or None: failed, empty, or ids outside the tokenizer's vocabulary."""
+        """Why a completion is unusable (I5), or None: failed, empty, ids outside the tokenizer's vocabulary, or
+        without the sampler logprobs TRL's importance-sampling correction needs (one such row would leave the whole
+        batch without them)."""
         vocab_size = self._vocab_size
         if completion.failed:
             return "backend marked the completion as failed"
+        if completion.logprobs is None and self.use_vllm and self.vllm_importance_sampling_correction:
+            return "no sampler logprobs (vllm_importance_sampling_correction needs them)"
         if not completion.completion_ids:
             return "empty completion"
         if not completion.prompt_ids:

@@ -29,6 +29,7 @@ SERVERS = {
     "short": ("--short-rate", "1.0"),
     "slow": ("--delay-rate", "1.0", "--delay-seconds", "30"),
     "oov": ("--oov-rate", "0.5", "--seed", "0"),
+    "logprobs": ("--null-logprobs-rate", "0.3", "--nan-logprobs-rate", "0.3", "--seed", "0"),
 }
 
 
@@ -231,6 +232,49 @@ def test_out_of_vocabulary_completions_are_marked_failed(servers, tokenizer, bac
     logged = [m for m in messages(backend_logs) if m.startswith("bad data")]
     assert len(logged) == sum(outside)
     assert all("outside the vocabulary" in m for m in logged)
+
+
+def test_choices_without_logprobs_are_marked_failed(servers, tokenizer, backend_logs):
+    # One completion without logprobs would leave the whole batch without them, and TRL's importance-sampling
+    # correction would then subtract None: such a completion is bad data and counts as missing.
+    backend = make_backend(servers["logprobs"], tokenizer, max_concurrency=1)
+
+    groups = backend.generate(["ab", "cd"], [8, 8])
+
+    completions = [completion for group in groups for completion in group]
+    assert [len(group) for group in groups] == [8, 8]
+    failed = [completion for completion in completions if completion.failed]
+    assert 0 < len(failed) < len(completions)
+    assert all(completion.logprobs is None for completion in failed)
+    assert all(completion.logprobs is not None for completion in completions if not completion.failed)
+    assert backend.stats["bad_data"] == len(failed)
+    logged = [m for m in messages(backend_logs) if m.startswith("bad data")]
+    assert len(logged) == len(failed)
+    assert all("no logprobs although they were asked for" in m for m in logged)
+
+
+def test_nan_token_logprobs_are_kept_as_nan(servers, tokenizer):
+    backend = make_backend(servers["logprobs"], tokenizer, max_concurrency=1)
+
+    groups = backend.generate(["ab", "cd"], [8, 8])
+
+    kept = [completion for group in groups for completion in group if not completion.failed]
+    with_nan = [c for c in kept if any(math.isnan(value) for value in c.logprobs)]
+    assert 0 < len(with_nan) < len(kept)
+    for completion in with_nan:
+        assert len(completion.logprobs) == len(completion.completion_ids)
+        assert sum(math.isnan(value) for value in completion.logprobs) == 1
+        assert all(value <= 0 for value in completion.logprobs if not math.isnan(value))
+
+
+def test_logprobs_switched_off_are_not_bad_data(servers, tokenizer):
+    backend = make_backend(servers["clean"], tokenizer, generation_kwargs={"logprobs": None})
+
+    group = backend.generate(["ab"], [2])[0]
+
+    assert len(group) == 2
+    assert all(not completion.failed and completion.logprobs is None for completion in group)
+    assert backend.stats["bad_data"] == 0
 
 
 def test_server_not_running_gives_empty_groups_quickly(tokenizer, backend_logs):

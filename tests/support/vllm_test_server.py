@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
 import signal
@@ -54,13 +55,15 @@ class BadRequest(Exception):
 
 @dataclass(frozen=True)
 class Faults:
-    """Fault-injection rates (fractions of /v1/completions requests, or of choices for ``oov_rate``)."""
+    """Fault-injection rates: fractions of /v1/completions requests, or of choices for the oov and logprob faults."""
 
     failure_rate: float = 0.0
     short_rate: float = 0.0
     delay_rate: float = 0.0
     delay_seconds: float = 0.0
     oov_rate: float = 0.0
+    null_logprobs_rate: float = 0.0
+    nan_logprobs_rate: float = 0.0
     seed: int = 0
 
 
@@ -73,6 +76,7 @@ class RequestFaults:
     delay: bool
     short: bool
     rng: random.Random
+    logprobs_rng: random.Random
 
 
 @dataclass(frozen=True)
@@ -274,6 +278,8 @@ class FaultyServer(ThreadingHTTPServer):
             delay=delay < self.faults.delay_rate,
             short=short < self.faults.short_rate,
             rng=rng,
+            # A generator of its own, so that switching logprob faults on leaves every other draw as it was.
+            logprobs_rng=random.Random(f"logprobs:{self.faults.seed}:{index}"),
         )
 
 
@@ -367,7 +373,7 @@ class Handler(BaseHTTPRequestHandler):
             "prompt_logprobs": None,
         }
         if params.logprobs is not None:
-            choice["logprobs"] = self._logprobs(token_ids, top, params)
+            choice["logprobs"] = self._spoil(self._logprobs(token_ids, top, params), faults.logprobs_rng)
         if params.return_token_ids:
             choice["token_ids"] = token_ids
             choice["prompt_token_ids"] = prompt_ids
@@ -386,6 +392,18 @@ class Handler(BaseHTTPRequestHandler):
             "tokens": [engine.token_name(t, as_id) for t in token_ids],
             "top_logprobs": [{engine.token_name(t, as_id): v for t, v in entries.items()} for entries in top],
         }
+
+    def _spoil(self, logprobs: dict[str, Any], rng: random.Random) -> dict[str, Any] | None:
+        """Drop a choice's logprobs (``null``), or make one sampled token's logprob NaN, at the configured rates."""
+        faults = self.server.faults
+        null, nan = rng.random(), rng.random()
+        if null < faults.null_logprobs_rate:
+            return None
+        if nan < faults.nan_logprobs_rate:
+            position = rng.randrange(len(logprobs["tokens"]))
+            logprobs["token_logprobs"][position] = math.nan
+            logprobs["top_logprobs"][position][logprobs["tokens"][position]] = math.nan
+        return logprobs
 
     # ------------------------------------------------------------------------------------------------ responses
 
@@ -472,6 +490,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="fraction of choices with one token id replaced by an id >= the vocabulary\nsize (default: 0)",
     )
+    parser.add_argument(
+        "--null-logprobs-rate",
+        type=_rate,
+        default=0.0,
+        help='fraction of choices answered with "logprobs": null although logprobs were\nasked for (default: 0)',
+    )
+    parser.add_argument(
+        "--nan-logprobs-rate",
+        type=_rate,
+        default=0.0,
+        help="fraction of choices in which one sampled token's logprob is NaN (default: 0)",
+    )
     parser.add_argument("--num-threads", type=int, default=1, help="torch CPU threads (default: 1)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     return parser
@@ -482,7 +512,16 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.num_threads)
     torch.manual_seed(args.seed)
     engine = load_engine(args.model, args.served_model_name)
-    faults = Faults(args.failure_rate, args.short_rate, args.delay_rate, args.delay_seconds, args.oov_rate, args.seed)
+    faults = Faults(
+        failure_rate=args.failure_rate,
+        short_rate=args.short_rate,
+        delay_rate=args.delay_rate,
+        delay_seconds=args.delay_seconds,
+        oov_rate=args.oov_rate,
+        null_logprobs_rate=args.null_logprobs_rate,
+        nan_logprobs_rate=args.nan_logprobs_rate,
+        seed=args.seed,
+    )
     server = FaultyServer(("127.0.0.1", args.port), engine, faults, args.verbose)
 
     def stop(signum: int, frame: Any) -> None:

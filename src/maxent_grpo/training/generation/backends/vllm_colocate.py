@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from types import SimpleNamespace
 from typing import Any, Protocol
@@ -13,6 +15,8 @@ from transformers import PreTrainedTokenizerBase
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.backends.sampling import SamplingSettings
+
+logger = logging.getLogger(__name__)
 
 
 class LLMEngine(Protocol):
@@ -31,14 +35,18 @@ def _to_engine_params(settings: SamplingSettings, n: int, extra: dict[str, Any])
     return SamplingParams(**fields)
 
 
-def _sampled_logprobs(token_ids: Sequence[int], position_logprobs: Sequence[dict[int, Any]] | None) -> list | None:
-    """Pick, at each position, the logprob of the token that was actually sampled."""
-    if position_logprobs is None:
-        return None
+def _sampled_logprobs(token_ids: Sequence[int], position_logprobs: Sequence[dict[int, Any]]) -> list[float]:
+    """Pick, at each position, the logprob of the token that was actually sampled (NaN where vLLM has none).
+
+    Raises ValueError when there is not one position per token.
+    """
+    if len(position_logprobs) != len(token_ids):
+        raise ValueError(f"{len(position_logprobs)} logprob positions for {len(token_ids)} tokens")
     values = []
     for token_id, entries in zip(token_ids, position_logprobs, strict=True):
         entry = entries.get(token_id)
-        values.append(float("nan") if entry is None else float(getattr(entry, "logprob", entry)))
+        value = None if entry is None else getattr(entry, "logprob", entry)
+        values.append(math.nan if value is None else float(value))
     return values
 
 
@@ -51,6 +59,11 @@ class VLLMColocateBackend:
     ``n = counts[i]``. Weights follow the training model through ``weight_sync`` (the trainer passes TRL's
     `VLLMGeneration.sync_weights`, which handles DeepSpeed, FSDP and PEFT) or, when absent, the engine's own
     ``load_weights(named_tensors)``.
+
+    The sampled tokens' logprobs are asked for (``logprobs=0``) unless `generation_kwargs` sets ``logprobs=None``. A
+    completion that comes back without them although they were asked for, or with one entry too few or too many, is
+    returned with ``failed=True`` (it counts as missing and is retried) and logged as ``bad data``; a single token
+    without a logprob gets NaN, which TRL leaves out of its importance-sampling correction.
     """
 
     def __init__(
@@ -81,6 +94,7 @@ class VLLMColocateBackend:
             repetition_penalty=repetition_penalty,
         )
         self._extra = dict(generation_kwargs or {})
+        self.wants_logprobs = self._extra.get("logprobs", 0) is not None
 
     def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
         groups: list[list[Completion]] = [[] for _ in prompts]
@@ -94,17 +108,24 @@ class VLLMColocateBackend:
         for index, output in zip(asked, outputs, strict=True):
             used_prompt_ids = [int(t) for t in output.prompt_token_ids]
             for sample in output.outputs[: counts[index]]:
-                token_ids = [int(t) for t in sample.token_ids]
-                text = sample.text if sample.text is not None else self.tokenizer.decode(token_ids)
-                groups[index].append(
-                    Completion(
-                        text=text,
-                        prompt_ids=used_prompt_ids,
-                        completion_ids=token_ids,
-                        logprobs=_sampled_logprobs(token_ids, sample.logprobs),
-                    )
-                )
+                groups[index].append(self._completion(sample, used_prompt_ids))
         return groups
+
+    def _completion(self, sample: Any, prompt_ids: list[int]) -> Completion:
+        """One `CompletionOutput` as a `Completion`; marked failed when its logprobs are unusable."""
+        token_ids = [int(t) for t in sample.token_ids]
+        text = sample.text if sample.text is not None else self.tokenizer.decode(token_ids)
+        if sample.logprobs is None:
+            if self.wants_logprobs:
+                logger.warning("bad data: completion without logprobs although they were asked for, marked failed")
+                return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
+            return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids)
+        try:
+            logprobs = _sampled_logprobs(token_ids, sample.logprobs)
+        except ValueError as exc:
+            logger.warning("bad data: %s, completion marked failed", exc)
+            return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
+        return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, logprobs=logprobs)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Push the training weights into the engine."""

@@ -15,8 +15,10 @@ this module's logger with distinct prefixes and counted in ``VLLMServerBackend.s
 - ``infrastructure failure``: connection refused or dropped, timeout, HTTP 5xx. Retried with jittered exponential
   backoff up to ``max_attempts``; then that prompt's group comes back empty and the others are still returned.
 - ``bad data``: the server answered, but with fewer choices than asked ("short group"), empty completions, token ids
-  outside the tokenizer's vocabulary or malformed logprobs. Not retried here: the trainer's retry loop asks again for
-  whatever is missing. Unusable completions are returned with ``failed=True``.
+  outside the tokenizer's vocabulary, malformed logprobs, or no logprobs although they were asked for. Not retried
+  here: the trainer's retry loop asks again for whatever is missing. Unusable completions are returned with
+  ``failed=True``. A single token whose logprob is null or NaN is not bad data: it keeps NaN, which TRL leaves out of
+  its importance-sampling correction.
 - HTTP 4xx: a configuration error (wrong model name, invalid sampling parameter). Raised at once as
   `VLLMServerRequestError`, never retried.
 """
@@ -24,6 +26,7 @@ this module's logger with distinct prefixes and counted in ``VLLMServerBackend.s
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -35,7 +38,6 @@ import requests
 import torch
 from requests.adapters import HTTPAdapter
 from transformers import PreTrainedTokenizerBase
-from trl.generation.vllm_client import parse_logprobs
 
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
 from maxent_grpo.training.generation.backends.protocol import Completion
@@ -82,30 +84,43 @@ def _is_token_id_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
 
 
-def _sampled_logprobs(choice_logprobs: Any, token_ids: list[int]) -> list[float] | None:
+def _logprob_value(value: Any, position: int) -> float:
+    """One position's logprob as a float: null and NaN become NaN; anything but a number is malformed."""
+    if value is None:
+        return math.nan
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ValueError(f"logprob {value!r} at position {position} is not a number")
+    return float(value)
+
+
+def _sampled_logprobs(choice_logprobs: Any, token_ids: list[int]) -> list[float]:
     """Return the logprob of each sampled token from a completions-format ``logprobs`` object.
 
-    TRL's `parse_logprobs` sorts each position's entries by descending probability, so the first entry is the most
-    likely token, which is the sampled one only when ``logprobs=0``. The entry whose id equals the sampled id is kept
-    instead. Raises ValueError when the payload is malformed or a sampled token's logprob is missing.
+    The object is ``{"tokens": [...], "token_logprobs": [...], "top_logprobs": [...]}`` with every token written
+    ``"token_id:<id>"``. As in TRL's `parse_logprobs`, a position's entries are the sampled token's plus its
+    alternatives; the entry whose id equals the sampled id is kept. A null or NaN value for that entry (vLLM could not
+    score the token) becomes NaN, which TRL leaves out of its importance-sampling correction. Raises ValueError when
+    the object is malformed or a sampled token has no entry at all.
     """
-    try:
-        values, ids = parse_logprobs([choice_logprobs])
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ValueError(f"malformed logprobs ({_describe(exc)})") from exc
-    if values is None or ids is None:
-        raise ValueError("logprobs missing")
-    if len(values[0]) != len(token_ids):
-        raise ValueError(f"{len(values[0])} logprobs for {len(token_ids)} tokens")
+    if not isinstance(choice_logprobs, dict):
+        raise ValueError(f"malformed logprobs of type {type(choice_logprobs).__name__}")
+    tokens, values = choice_logprobs.get("tokens"), choice_logprobs.get("token_logprobs")
+    alternatives = choice_logprobs.get("top_logprobs") or [None] * len(token_ids)
+    if not (isinstance(tokens, list) and isinstance(values, list) and isinstance(alternatives, list)):
+        raise ValueError("malformed logprobs (tokens, token_logprobs and top_logprobs must be lists)")
+    if not len(tokens) == len(values) == len(alternatives) == len(token_ids):
+        raise ValueError(f"{len(values)} logprobs for {len(token_ids)} tokens")
     sampled = []
-    for position, (token_id, position_ids, position_values) in enumerate(
-        zip(token_ids, ids[0], values[0], strict=True)
+    for position, (token_id, token, value, others) in enumerate(
+        zip(token_ids, tokens, values, alternatives, strict=True)
     ):
-        lookup = dict(zip(position_ids, position_values, strict=True))
-        value = lookup.get(token_id)
-        if value is None:
+        if others is not None and not isinstance(others, dict):
+            raise ValueError(f"malformed top_logprobs at position {position}")
+        entries = {token: value, **(others or {})}
+        key = f"token_id:{token_id}"
+        if key not in entries:
             raise ValueError(f"no logprob for sampled token {token_id} at position {position}")
-        sampled.append(float(value))
+        sampled.append(_logprob_value(entries[key], position))
     return sampled
 
 
@@ -187,6 +202,8 @@ class VLLMServerBackend:
                 f"generation_kwargs must not set {reserved}: the backend sets them itself, got {generation_kwargs!r}"
             )
         self.chat_template_kwargs = _check_kwargs("chat_template_kwargs", chat_template_kwargs)
+        # Logprobs are asked for (``logprobs: 0``, the sampled token's) unless `generation_kwargs` turns them off.
+        self.wants_logprobs = self.generation_kwargs.get("logprobs", 0) is not None
         self.request_timeout = check_number("request_timeout", request_timeout, low=0.0, low_open=True)
         self.max_attempts = check_int("max_attempts", max_attempts, low=1)
         self.backoff_seconds = check_number("backoff_seconds", backoff_seconds, low=0.0)
@@ -411,12 +428,19 @@ class VLLMServerBackend:
         if problem is not None:
             self._bad_data(f"{where}: {problem}, completion marked failed")
             return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
-        logprobs = None
-        if choice.get("logprobs") is not None:
-            try:
-                logprobs = _sampled_logprobs(choice["logprobs"], token_ids)
-            except ValueError as exc:
-                self._bad_data(f"{where}: {exc}, completion kept without logprobs")
+        if choice.get("logprobs") is None:
+            if self.wants_logprobs:
+                self._bad_data(f"{where}: no logprobs although they were asked for, completion marked failed")
+                return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
+            return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids)
+        try:
+            logprobs = _sampled_logprobs(choice["logprobs"], token_ids)
+        except ValueError as exc:
+            self._bad_data(f"{where}: {exc}, completion marked failed")
+            return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
+        unscored = sum(math.isnan(value) for value in logprobs)
+        if unscored:
+            logger.info("%s: %d of %d token logprobs are NaN, kept as NaN", where, unscored, len(logprobs))
         return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, logprobs=logprobs)
 
     def _token_problem(self, token_ids: list[int]) -> str | None:
