@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend, VLLMServerRequestError
+from maxent_grpo.training.generation.collect import collect_completion_groups
 from tests.support.server_process import run_test_servers
 
 LOGGER = "maxent_grpo.training.generation.backends.vllm_server"
@@ -29,6 +30,7 @@ SERVERS = {
     "short": ("--short-rate", "1.0"),
     "slow": ("--delay-rate", "1.0", "--delay-seconds", "30"),
     "oov": ("--oov-rate", "0.5", "--seed", "0"),
+    "short_context": ("--max-model-len", "16"),
     "logprobs": ("--null-logprobs-rate", "0.3", "--nan-logprobs-rate", "0.3", "--seed", "0"),
 }
 
@@ -136,18 +138,13 @@ def test_chat_prompt_goes_through_the_chat_template(servers, tokenizer):
         check_completion(completion, tokenizer, tokenizer("user: hi\nassistant: ")["input_ids"])
 
 
-@pytest.mark.parametrize(
-    ("generation_kwargs", "status"),
-    [({"model": "no-such-model"}, 404), ({"max_tokens": 0}, 400)],
-    ids=["unknown-model", "invalid-parameter"],
-)
-def test_http_4xx_is_a_clear_error_and_not_retried(servers, tokenizer, generation_kwargs, status):
-    backend = make_backend(servers["clean"], tokenizer, generation_kwargs=generation_kwargs)
+def test_unknown_model_is_a_configuration_error_and_not_retried(servers, tokenizer):
+    backend = make_backend(servers["clean"], tokenizer, generation_kwargs={"model": "no-such-model"})
 
-    with pytest.raises(VLLMServerRequestError, match=f"HTTP {status}") as raised:
+    with pytest.raises(VLLMServerRequestError, match="HTTP 404") as raised:
         backend.generate(["ab"], [2])
 
-    assert raised.value.status_code == status
+    assert raised.value.status_code == 404
     assert "configuration error" in str(raised.value)
     assert backend.stats["requests"] == 1
 
@@ -194,6 +191,29 @@ def test_short_groups_are_returned_as_is_and_logged_as_bad_data(servers, tokeniz
     assert backend.stats["infrastructure_failures"] == 0
     shorts = [m for m in messages(backend_logs) if m.startswith("bad data") and "short group: got" in m]
     assert len(shorts) == 2
+
+
+def test_a_prompt_the_server_rejects_leaves_only_its_own_group_empty(servers, tokenizer, backend_logs):
+    # 16 tokens of context: 6 completion tokens leave room for "ab" and "cd", not for the long prompt.
+    backend = make_backend(servers["short_context"], tokenizer)
+    prompts = ["ab", "a prompt longer than the context", "cd"]
+
+    groups = backend.generate(prompts, [2, 3, 2])
+
+    assert [len(group) for group in groups] == [2, 0, 2]
+    for prompt, group in zip(prompts, groups, strict=True):
+        for completion in group:
+            check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
+    assert backend.stats == {"requests": 3, "retries": 0, "infrastructure_failures": 0, "bad_data": 1}
+    logged = messages(backend_logs)
+    (rejected,) = [m for m in logged if m.startswith("bad data")]
+    assert "HTTP 400" in rejected and "maximum context length" in rejected and "not retried" in rejected
+    assert not any("retrying" in m or "failure" in m for m in logged)
+
+    # Through the trainer's retry rounds: the rejected prompt is asked again and stays short, the others are complete.
+    collected = collect_completion_groups(backend, prompts, [2, 3, 2], retry_limit=2, check=lambda completion: None)
+    assert collected.complete == [True, False, True]
+    assert collected.stats["backend_errors"] == 0
 
 
 def test_delays_beyond_the_request_timeout_do_not_hang(servers, tokenizer, backend_logs):

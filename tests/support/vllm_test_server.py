@@ -109,12 +109,14 @@ class SamplingRequest:
 class TinyEngine:
     """The model, its tokenizer and a lock: one generation at a time."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) -> None:
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str, max_model_len: int | None = None
+    ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
         self.vocab_size = len(tokenizer)
-        self.max_model_len = int(getattr(model.config, "max_position_embeddings", 2048))
+        self.max_model_len = max_model_len or int(getattr(model.config, "max_position_embeddings", 2048))
         self._lock = threading.Lock()
 
     def sample(self, prompt_ids: list[int], params: SamplingRequest) -> list[Sample]:
@@ -434,7 +436,7 @@ class Handler(BaseHTTPRequestHandler):
 # ----------------------------------------------------------------------------------------------------------- main
 
 
-def load_engine(model_dir: str | None, name: str | None) -> TinyEngine:
+def load_engine(model_dir: str | None, name: str | None, max_model_len: int | None = None) -> TinyEngine:
     """Load ``model_dir`` with ``from_pretrained``, or build the tiny model in-process when it is None."""
     if model_dir is None:
         from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
@@ -444,7 +446,7 @@ def load_engine(model_dir: str | None, name: str | None) -> TinyEngine:
     else:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir)
-    return TinyEngine(model, tokenizer, name or model_dir or DEFAULT_MODEL_NAME)
+    return TinyEngine(model, tokenizer, name or model_dir or DEFAULT_MODEL_NAME, max_model_len)
 
 
 def _rate(value: str) -> float:
@@ -460,6 +462,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--model", help="model directory (from_pretrained); default: build the tiny model in-process")
     parser.add_argument("--served-model-name", help="model id in /v1/models (default: --model, or 'tiny-qwen2')")
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        help="context length (prompt plus max_tokens); a longer request is answered 400,\nas vLLM does (default: "
+        "the model's max_position_embeddings)",
+    )
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1; 0 picks a free one (default: 0)")
     parser.add_argument("--seed", type=int, default=0, help="seeds sampling and fault injection (default: 0)")
     parser.add_argument(
@@ -511,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     torch.set_num_threads(args.num_threads)
     torch.manual_seed(args.seed)
-    engine = load_engine(args.model, args.served_model_name)
+    engine = load_engine(args.model, args.served_model_name, args.max_model_len)
     faults = Faults(
         failure_rate=args.failure_rate,
         short_rate=args.short_rate,

@@ -12,15 +12,22 @@ Unlike TRL's client it sends one request per unique prompt (``n`` = that prompt'
 request with a timeout, owns its retry policy and keeps partial results. Failures fall in three classes, logged under
 this module's logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
 
-- ``infrastructure failure``: connection refused or dropped, timeout, HTTP 5xx. Retried with jittered exponential
-  backoff up to ``max_attempts``; then that prompt's group comes back empty and the others are still returned.
+- ``infrastructure failure``: connection refused or dropped, timeout, HTTP 5xx, 408 (request timeout) or 429 (too many
+  requests). Retried with jittered exponential backoff up to ``max_attempts``; then that prompt's group comes back
+  empty and the others are still returned.
 - ``bad data``: the server answered, but with fewer choices than asked ("short group"), empty completions, token ids
-  outside the tokenizer's vocabulary, malformed logprobs, or no logprobs although they were asked for. Not retried
-  here: the trainer's retry loop asks again for whatever is missing. Unusable completions are returned with
-  ``failed=True``. A single token whose logprob is null or NaN is not bad data: it keeps NaN, which TRL leaves out of
-  its importance-sampling correction.
-- HTTP 4xx: a configuration error (wrong model name, invalid sampling parameter). Raised at once as
-  `VLLMServerRequestError`, never retried.
+  outside the tokenizer's vocabulary, malformed logprobs, or no logprobs although they were asked for. Unusable
+  completions are returned with ``failed=True``. A single token whose logprob is null or NaN is not bad data: it keeps
+  NaN, which TRL leaves out of its importance-sampling correction. Any other HTTP 4xx answer to a completion request
+  is bad data for that request's prompt (vLLM answers 400 to a prompt longer than its ``--max-model-len``): that
+  prompt's group comes back empty, logged and counted once, and the other prompts' groups are still returned. Bad data
+  is not retried here: the trainer's retry loop asks again for whatever is missing.
+- ``configuration error``: a 4xx that no prompt can cause, so every request would get it: 401, 403 or 404 on
+  ``POST /v1/completions`` (credentials, or a model name the server does not serve) and any 4xx on
+  ``GET /v1/models`` (asked at start-up). Raised at once as `VLLMServerRequestError`, never retried. A configuration
+  error that the server reports as 400 (an invalid sampling parameter in ``generation_kwargs``, for example) cannot be
+  told apart from a rejected prompt: every group then comes back empty with the server's message logged, and the
+  trainer stops after ``generation_max_consecutive_empty_batches`` empty batches.
 """
 
 from __future__ import annotations
@@ -52,17 +59,22 @@ _RESERVED_REQUEST_FIELDS = frozenset({"prompt", "n", "return_token_ids", "return
 # Exceptions `requests` raises when the server could not be reached or the exchange broke off: worth retrying.
 _TRANSIENT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
 
+_COMPLETIONS_PATH = "/v1/completions"
+# HTTP statuses worth retrying besides 5xx; and the 4xx of a completion request that no prompt can cause.
+_TRANSIENT_STATUSES = frozenset({408, 429})
+_CONFIGURATION_STATUSES = frozenset({401, 403, 404})
+
 _HEALTH_POLL_SECONDS = 1.0
 _STAT_KEYS = ("requests", "retries", "infrastructure_failures", "bad_data")
 
 
 class VLLMServerRequestError(RuntimeError):
-    """The server rejected a request with HTTP 4xx: a configuration error that retrying cannot fix."""
+    """The server rejected a request with an HTTP 4xx that concerns the configuration (see the module docstring)."""
 
     def __init__(self, method: str, url: str, status_code: int, detail: str) -> None:
         super().__init__(
             f"vLLM server rejected {method} {url} with HTTP {status_code}: {detail}. This is a configuration error "
-            "(for example a wrong model name or an invalid sampling parameter) and is not retried."
+            "(for example a wrong model name or missing credentials) and is not retried."
         )
         self.status_code = status_code
 
@@ -284,9 +296,10 @@ class VLLMServerBackend:
         time.sleep(delay * self._jitter.uniform(0.5, 1.0))
 
     def _send(self, method: str, path: str, payload: dict[str, Any] | None = None) -> requests.Response | None:
-        """Send one request with retries; return the 2xx/3xx response, or None after ``max_attempts`` failures.
+        """Send one request with retries; return the response, or None after ``max_attempts`` failures.
 
-        Raises `VLLMServerRequestError` on HTTP 4xx.
+        The response is a 2xx/3xx one, or the 4xx with which the server rejected a completion request's prompt.
+        Raises `VLLMServerRequestError` on a 4xx that concerns the configuration (see the module docstring).
         """
         url = f"{self.base_url}{path}"
         cause = ""
@@ -298,11 +311,14 @@ class VLLMServerBackend:
             except _TRANSIENT_ERRORS as exc:
                 cause = _describe(exc)
             else:
-                if response.status_code < 400:
+                status = response.status_code
+                if status < 400:
                     return response
-                if response.status_code < 500:
-                    raise VLLMServerRequestError(method, url, response.status_code, response.text[:500])
-                cause = f"HTTP {response.status_code}: {response.text[:200]}"
+                if status < 500 and status not in _TRANSIENT_STATUSES:
+                    if path == _COMPLETIONS_PATH and status not in _CONFIGURATION_STATUSES:
+                        return response
+                    raise VLLMServerRequestError(method, url, status, response.text[:500])
+                cause = f"HTTP {status}: {response.text[:200]}"
             if attempt < self.max_attempts:
                 self._count("retries")
                 logger.info(
@@ -385,10 +401,15 @@ class VLLMServerBackend:
             "return_tokens_as_token_ids": True,
             **self.generation_kwargs,
         }
-        response = self._send("POST", "/v1/completions", payload)
+        response = self._send("POST", _COMPLETIONS_PATH, payload)
         if response is None:
             return []
-        where = f"POST {self.base_url}/v1/completions"
+        where = f"POST {self.base_url}{_COMPLETIONS_PATH}"
+        if response.status_code >= 400:
+            return self._bad_group(
+                f"{where} rejected the prompt with HTTP {response.status_code}: {response.text[:500]}; its group is "
+                "left empty (not retried)"
+            )
         try:
             choices = response.json()["choices"]
         except (ValueError, KeyError, TypeError) as exc:
