@@ -187,6 +187,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             max_retry_rounds=self.args.generation_max_retries,
             placeholder_prompt_id=self._tokenizer.pad_token_id,
             placeholder_completion_id=self.eos_token_ids[0],
+            step_timeout=self.args.generation_step_timeout,
         )
 
     def _generate(self, prompts: list) -> tuple:

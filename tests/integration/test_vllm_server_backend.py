@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend, VLLMServerRequestError
 from maxent_grpo.training.generation.collect import collect_completion_groups
+from maxent_grpo.training.generation.step import Collectives, GenerationStep
 from tests.support.server_process import run_test_servers
 
 LOGGER = "maxent_grpo.training.generation.backends.vllm_server"
@@ -31,6 +32,7 @@ SERVERS = {
     "slow": ("--delay-rate", "1.0", "--delay-seconds", "30"),
     "oov": ("--oov-rate", "0.5", "--seed", "0"),
     "short_context": ("--max-model-len", "16"),
+    "trickle": ("--trickle-rate", "1.0", "--trickle-seconds", "0.02"),
     "logprobs": ("--null-logprobs-rate", "0.3", "--nan-logprobs-rate", "0.3", "--seed", "0"),
 }
 
@@ -105,7 +107,13 @@ def test_fault_free_groups_have_the_asked_sizes_and_consistent_tokens(servers, t
     for prompt, group in zip(prompts, groups, strict=True):
         for completion in group:
             check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
-    assert backend.stats == {"requests": 3, "retries": 0, "infrastructure_failures": 0, "bad_data": 0}
+    assert backend.stats == {
+        "requests": 3,
+        "retries": 0,
+        "infrastructure_failures": 0,
+        "bad_data": 0,
+        "out_of_time": 0,
+    }
     assert not any("failure" in m or "bad data" in m for m in messages(backend_logs))
 
 
@@ -204,7 +212,13 @@ def test_a_prompt_the_server_rejects_leaves_only_its_own_group_empty(servers, to
     for prompt, group in zip(prompts, groups, strict=True):
         for completion in group:
             check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
-    assert backend.stats == {"requests": 3, "retries": 0, "infrastructure_failures": 0, "bad_data": 1}
+    assert backend.stats == {
+        "requests": 3,
+        "retries": 0,
+        "infrastructure_failures": 0,
+        "bad_data": 1,
+        "out_of_time": 0,
+    }
     logged = messages(backend_logs)
     (rejected,) = [m for m in logged if m.startswith("bad data")]
     assert "HTTP 400" in rejected and "maximum context length" in rejected and "not retried" in rejected
@@ -230,6 +244,49 @@ def test_delays_beyond_the_request_timeout_do_not_hang(servers, tokenizer, backe
     failures = [m for m in messages(backend_logs) if m.startswith("infrastructure failure")]
     assert len(failures) == 2
     assert all("Timeout" in m for m in failures)
+
+
+def test_an_answer_trickled_byte_by_byte_is_cut_off_at_the_request_timeout(servers, tokenizer, backend_logs):
+    backend = make_backend(servers["trickle"], tokenizer, request_timeout=1.0, max_attempts=1)
+
+    start = time.monotonic()
+    groups = backend.generate(["ab"], [2])
+    elapsed = time.monotonic() - start
+
+    assert groups == [[]]
+    assert elapsed < 3 * 1.0 + 2  # a bound, not a benchmark: the whole answer would take over 20 s
+    assert backend.stats["infrastructure_failures"] == 1
+    (failure,) = [m for m in messages(backend_logs) if m.startswith("infrastructure failure")]
+    assert "Timeout" in failure
+
+
+def test_a_generation_step_with_a_time_budget_ends_within_it_and_drops_what_is_missing(
+    servers, tokenizer, backend_logs
+):
+    # Each request would take 30 s, and up to 3 attempts in each of 1 + G rounds: the budget cuts all of it short.
+    backend = make_backend(servers["slow"], tokenizer, request_timeout=20.0, max_attempts=3)
+    step = GenerationStep(
+        backend,
+        check=lambda completion: None,
+        collectives=Collectives(process_index=0, device=torch.device("cpu"), gather=lambda tensor: tensor),
+        group_size=2,
+        max_retry_rounds=None,
+        placeholder_prompt_id=0,
+        placeholder_completion_id=1,
+        step_timeout=1.5,
+    )
+
+    start = time.monotonic()
+    batch = step.collect(["ab", "ab", "cd", "cd"])
+    agreement = step.agree(batch)
+    elapsed = time.monotonic() - start
+
+    assert elapsed < 1.5 + 2  # a bound, not a benchmark
+    assert agreement.group_kept.tolist() == [False, False]
+    assert batch.backend_calls == 1 and batch.stats["retry_rounds"] == 0
+    assert "the generation step's time budget was spent" in batch.reasons
+    assert backend.stats["out_of_time"] == 2 and backend.stats["infrastructure_failures"] == 0
+    assert sum(m.startswith("out of time") for m in messages(backend_logs)) == 2
 
 
 def test_out_of_vocabulary_completions_are_marked_failed(servers, tokenizer, backend_logs):

@@ -64,6 +64,8 @@ class Faults:
     oov_rate: float = 0.0
     null_logprobs_rate: float = 0.0
     nan_logprobs_rate: float = 0.0
+    trickle_rate: float = 0.0
+    trickle_seconds: float = 0.0
     seed: int = 0
 
 
@@ -75,6 +77,7 @@ class RequestFaults:
     drop_connection: bool
     delay: bool
     short: bool
+    trickle: bool
     rng: random.Random
     logprobs_rng: random.Random
 
@@ -279,8 +282,9 @@ class FaultyServer(ThreadingHTTPServer):
             drop_connection=drop < 0.5,
             delay=delay < self.faults.delay_rate,
             short=short < self.faults.short_rate,
+            # Generators of their own, so that switching these faults on leaves every other draw as it was.
+            trickle=random.Random(f"trickle:{self.faults.seed}:{index}").random() < self.faults.trickle_rate,
             rng=rng,
-            # A generator of its own, so that switching logprob faults on leaves every other draw as it was.
             logprobs_rng=random.Random(f"logprobs:{self.faults.seed}:{index}"),
         )
 
@@ -326,7 +330,7 @@ class Handler(BaseHTTPRequestHandler):
         except BadRequest as exc:
             self._send_error(exc.status, str(exc))
         else:
-            self._send_json(HTTPStatus.OK, answer)
+            self._send_json(HTTPStatus.OK, answer, trickle=faults.trickle)
 
     def _complete(self, body: Any, faults: RequestFaults) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -409,18 +413,26 @@ class Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------------------------------------ responses
 
-    def _send(self, status: HTTPStatus, payload: bytes, content_type: str = "application/json") -> None:
+    def _send(
+        self, status: HTTPStatus, payload: bytes, content_type: str = "application/json", trickle: bool = False
+    ) -> None:
+        """Answer; with ``trickle``, the headers at once and then the body one byte every ``--trickle-seconds``."""
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
-            self.wfile.write(payload)
+            if not trickle:
+                self.wfile.write(payload)
+                return
+            for position in range(len(payload)):
+                self.wfile.write(payload[position : position + 1])
+                time.sleep(self.server.faults.trickle_seconds)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (for example after its timeout)
 
-    def _send_json(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
-        self._send(status, json.dumps(payload).encode())
+    def _send_json(self, status: HTTPStatus, payload: dict[str, Any], trickle: bool = False) -> None:
+        self._send(status, json.dumps(payload).encode(), trickle=trickle)
 
     def _send_error(self, status: HTTPStatus, message: str) -> None:
         error = {"message": message, "type": status.phrase.replace(" ", ""), "param": None, "code": int(status)}
@@ -499,6 +511,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="fraction of choices with one token id replaced by an id >= the vocabulary\nsize (default: 0)",
     )
     parser.add_argument(
+        "--trickle-rate",
+        type=_rate,
+        default=0.0,
+        help="fraction of requests whose answer is sent one byte every --trickle-seconds\n(default: 0)",
+    )
+    parser.add_argument(
+        "--trickle-seconds",
+        type=float,
+        default=0.0,
+        help="pause between the bytes of a trickled answer (default: 0)",
+    )
+    parser.add_argument(
         "--null-logprobs-rate",
         type=_rate,
         default=0.0,
@@ -528,6 +552,8 @@ def main(argv: list[str] | None = None) -> int:
         oov_rate=args.oov_rate,
         null_logprobs_rate=args.null_logprobs_rate,
         nan_logprobs_rate=args.nan_logprobs_rate,
+        trickle_rate=args.trickle_rate,
+        trickle_seconds=args.trickle_seconds,
         seed=args.seed,
     )
     server = FaultyServer(("127.0.0.1", args.port), engine, faults, args.verbose)

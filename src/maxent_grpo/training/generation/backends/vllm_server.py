@@ -9,8 +9,9 @@ The server is the one ``vllm serve <model> --logprobs-mode processed_logprobs`` 
   server reports the exact prompt and completion ids it used and every logprob keyed as ``"token_id:<id>"``.
 
 Unlike TRL's client it sends one request per unique prompt (``n`` = that prompt's count) concurrently, bounds each
-request with a timeout, owns its retry policy and keeps partial results. Failures fall in three classes, logged under
-this module's logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
+request with a deadline (``request_timeout`` for the whole exchange, and the generation step's time budget when there
+is one), owns its retry policy and keeps partial results. Failures fall in four classes, logged under this module's
+logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
 
 - ``infrastructure failure``: connection refused or dropped, timeout, HTTP 5xx, 408 (request timeout) or 429 (too many
   requests). Retried with jittered exponential backoff up to ``max_attempts``; then that prompt's group comes back
@@ -28,6 +29,8 @@ this module's logger with distinct prefixes and counted in ``VLLMServerBackend.s
   error that the server reports as 400 (an invalid sampling parameter in ``generation_kwargs``, for example) cannot be
   told apart from a rejected prompt: every group then comes back empty with the server's message logged, and the
   trainer stops after ``generation_max_consecutive_empty_batches`` empty batches.
+- ``out of time``: the generation step's time budget (see `VLLMServerBackend.set_deadline`) was spent: requests in
+  flight are cut off, no new try starts, and their prompts' groups come back empty.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import torch
 from requests.adapters import HTTPAdapter
 from transformers import PreTrainedTokenizerBase
 
+from maxent_grpo.training.generation.backends.http_deadline import TRANSIENT_ERRORS, Answer, exchange
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.backends.sampling import SamplingSettings, check_int, check_number
@@ -56,16 +60,13 @@ logger = logging.getLogger(__name__)
 # answer or its token-level payload.
 _RESERVED_REQUEST_FIELDS = frozenset({"prompt", "n", "return_token_ids", "return_tokens_as_token_ids", "stream"})
 
-# Exceptions `requests` raises when the server could not be reached or the exchange broke off: worth retrying.
-_TRANSIENT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
-
 _COMPLETIONS_PATH = "/v1/completions"
 # HTTP statuses worth retrying besides 5xx; and the 4xx of a completion request that no prompt can cause.
 _TRANSIENT_STATUSES = frozenset({408, 429})
 _CONFIGURATION_STATUSES = frozenset({401, 403, 404})
 
 _HEALTH_POLL_SECONDS = 1.0
-_STAT_KEYS = ("requests", "retries", "infrastructure_failures", "bad_data")
+_STAT_KEYS = ("requests", "retries", "infrastructure_failures", "bad_data", "out_of_time")
 
 
 class VLLMServerRequestError(RuntimeError):
@@ -153,9 +154,9 @@ class VLLMServerBackend:
             ``model`` to address a LoRA adapter by name, ...). The fields that shape the answer (``prompt``, ``n``,
             ``return_token_ids``, ``return_tokens_as_token_ids``, ``stream``) are refused.
         chat_template_kwargs: passed to the chat template for conversational prompts.
-        request_timeout: seconds allowed for connecting and for each wait on the server's answer, per request.
-            TRL's client sets no timeout, so a stalled server hangs training forever; here the request fails as an
-            infrastructure failure and is retried.
+        request_timeout: seconds one request may take, from connecting to the last byte of the answer (a server
+            that trickles its answer is cut off too). TRL's client sets no timeout, so a stalled server hangs training
+            forever; here the request fails as an infrastructure failure and is retried.
         max_attempts: tries per request for infrastructure failures (connection errors, timeouts, HTTP 5xx).
         backoff_seconds: base of the exponential backoff between tries: ``backoff_seconds * 2**k``, jittered to
             between half and all of it.
@@ -165,9 +166,15 @@ class VLLMServerBackend:
             ``VLLMGeneration.sync_weights`` when vLLM is installed). Without it the server keeps its own weights and
             generation is off-policy; a warning says so once.
 
+    With a time budget for the generation step (`set_deadline`, which the trainer calls when
+    ``generation_step_timeout`` is set), each try also ends by the step's deadline, backoff never sleeps past it, and
+    once it has passed nothing more is sent: what is still missing comes back empty, logged as ``out of time``.
+
     ``stats`` counts ``requests`` (HTTP completion requests sent, every try included), ``retries`` (tries that failed
     and were tried again), ``infrastructure_failures`` (requests abandoned after ``max_attempts``: their prompts came
-    back empty) and ``bad_data`` (answers or completions that were short, out of vocabulary, empty or malformed).
+    back empty), ``bad_data`` (answers or completions that were short, out of vocabulary, empty or malformed, and
+    prompts the server rejected) and ``out_of_time`` (requests given up, or not sent, because the step's time budget
+    was spent).
     """
 
     def __init__(
@@ -229,6 +236,7 @@ class VLLMServerBackend:
         self._model: str | None = None
         self._warned_off_policy = False
         self._jitter = random.Random()
+        self._step_deadline: float | None = None
         self._session = self._make_session()
 
     # ----------------------------------------------------------------------------------------------------- public
@@ -243,6 +251,9 @@ class VLLMServerBackend:
         asked = [i for i, count in enumerate(counts) if count > 0]
         if not asked:
             return groups
+        if self._time_left() <= 0:
+            self._out_of_time(f"{len(asked)} prompt(s) not sent", len(asked))
+            return groups
         prompt_ids = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.chat_template_kwargs)
         model = self._ensure_model()
         if model is None:
@@ -255,6 +266,11 @@ class VLLMServerBackend:
             for i, future in zip(asked, futures, strict=True):
                 groups[i] = self._result_or_cancel(future, futures)
         return groups
+
+    def set_deadline(self, deadline: float | None) -> None:
+        """Bound every request that follows by ``deadline``, a `time.monotonic` instant (None: no bound but
+        ``request_timeout``). The trainer sets it for the calls of a generation step with a time budget."""
+        self._step_deadline = deadline
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Push the training weights into the server through ``weight_sync``.
@@ -291,40 +307,57 @@ class VLLMServerBackend:
         with self._stats_lock:
             self.stats[key] += amount
 
+    def _time_left(self) -> float:
+        """Seconds left of the current generation step's budget (infinite without one)."""
+        return math.inf if self._step_deadline is None else self._step_deadline - time.monotonic()
+
     def _backoff(self, attempt: int) -> None:
-        delay = self.backoff_seconds * 2 ** (attempt - 1)
-        time.sleep(delay * self._jitter.uniform(0.5, 1.0))
+        delay = self.backoff_seconds * 2 ** (attempt - 1) * self._jitter.uniform(0.5, 1.0)
+        time.sleep(max(min(delay, self._time_left()), 0.0))
 
-    def _send(self, method: str, path: str, payload: dict[str, Any] | None = None) -> requests.Response | None:
-        """Send one request with retries; return the response, or None after ``max_attempts`` failures.
+    def _out_of_time(self, what: str, amount: int = 1) -> None:
+        self._count("out_of_time", amount)
+        logger.warning("out of time: %s: the generation step's time budget is spent", what)
 
-        The response is a 2xx/3xx one, or the 4xx with which the server rejected a completion request's prompt.
-        Raises `VLLMServerRequestError` on a 4xx that concerns the configuration (see the module docstring).
+    def _send(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Answer | None:
+        """Send one request with retries; return the answer, or None after ``max_attempts`` failures or out of time.
+
+        The answer is a 2xx/3xx one, or the 4xx with which the server rejected a completion request's prompt. Each try
+        ends by ``request_timeout`` or the step's deadline, whichever comes first. Raises `VLLMServerRequestError` on a
+        4xx that concerns the configuration (see the module docstring).
         """
         url = f"{self.base_url}{path}"
-        cause = ""
+        cause = "not sent"
         for attempt in range(1, self.max_attempts + 1):
+            time_left = self._time_left()
+            if attempt > 1 and time_left > 0:
+                self._count("retries")
+                logger.info(
+                    "%s %s failed (attempt %d of %d), retrying: %s", method, url, attempt - 1, self.max_attempts, cause
+                )
+                self._backoff(attempt - 1)
+                time_left = self._time_left()
+            if time_left <= 0:
+                break
             if payload is not None:  # a completion request (GET /v1/models is not counted)
                 self._count("requests")
             try:
-                response = self._session.request(method, url, json=payload, timeout=self.request_timeout)
-            except _TRANSIENT_ERRORS as exc:
-                cause = _describe(exc)
-            else:
-                status = response.status_code
-                if status < 400:
-                    return response
-                if status < 500 and status not in _TRANSIENT_STATUSES:
-                    if path == _COMPLETIONS_PATH and status not in _CONFIGURATION_STATUSES:
-                        return response
-                    raise VLLMServerRequestError(method, url, status, response.text[:500])
-                cause = f"HTTP {status}: {response.text[:200]}"
-            if attempt < self.max_attempts:
-                self._count("retries")
-                logger.info(
-                    "%s %s failed (attempt %d of %d), retrying: %s", method, url, attempt, self.max_attempts, cause
+                answer = exchange(
+                    self._session, method, url, payload, time.monotonic() + min(self.request_timeout, time_left)
                 )
-                self._backoff(attempt)
+            except TRANSIENT_ERRORS as exc:
+                cause = _describe(exc)
+                continue
+            if answer.status < 400:
+                return answer
+            if answer.status < 500 and answer.status not in _TRANSIENT_STATUSES:
+                if path == _COMPLETIONS_PATH and answer.status not in _CONFIGURATION_STATUSES:
+                    return answer
+                raise VLLMServerRequestError(method, url, answer.status, answer.text(500))
+            cause = f"HTTP {answer.status}: {answer.text(200)}"
+        if self._time_left() <= 0:
+            self._out_of_time(f"{method} {url} given up ({cause})")
+            return None
         self._count("infrastructure_failures")
         logger.warning(
             "infrastructure failure: %s %s failed after %d attempt(s): %s", method, url, self.max_attempts, cause
@@ -332,14 +365,14 @@ class VLLMServerBackend:
         return None
 
     def _wait_for_health(self) -> bool:
-        """Poll ``GET /health`` until it answers 200 or ``connection_timeout`` has passed."""
+        """Poll ``GET /health`` until it answers 200 or ``connection_timeout`` (or the step's budget) has passed."""
         url = f"{self.base_url}/health"
-        deadline = time.monotonic() + self.connection_timeout
+        deadline = time.monotonic() + min(self.connection_timeout, self._time_left())
         while True:
             poll_timeout = min(self.request_timeout, max(deadline - time.monotonic(), _HEALTH_POLL_SECONDS))
             try:
                 response = self._session.get(url, timeout=poll_timeout)
-            except _TRANSIENT_ERRORS as exc:
+            except TRANSIENT_ERRORS as exc:
                 cause = _describe(exc)
             else:
                 if response.status_code == 200:
@@ -364,11 +397,11 @@ class VLLMServerBackend:
             if self._model is not None:
                 return self._model
             self._wait_for_health()
-            response = self._send("GET", "/v1/models")
-            if response is None:
+            answer = self._send("GET", "/v1/models")
+            if answer is None:
                 return None
             try:
-                self._model = str(response.json()["data"][0]["id"])
+                self._model = str(answer.json()["data"][0]["id"])
             except (ValueError, KeyError, IndexError, TypeError) as exc:
                 self._count("bad_data")
                 logger.warning("bad data: GET %s/v1/models answered without a model id (%s)", self.base_url, exc)
@@ -401,17 +434,17 @@ class VLLMServerBackend:
             "return_tokens_as_token_ids": True,
             **self.generation_kwargs,
         }
-        response = self._send("POST", _COMPLETIONS_PATH, payload)
-        if response is None:
+        answer = self._send("POST", _COMPLETIONS_PATH, payload)
+        if answer is None:
             return []
         where = f"POST {self.base_url}{_COMPLETIONS_PATH}"
-        if response.status_code >= 400:
+        if answer.status >= 400:
             return self._bad_group(
-                f"{where} rejected the prompt with HTTP {response.status_code}: {response.text[:500]}; its group is "
-                "left empty (not retried)"
+                f"{where} rejected the prompt with HTTP {answer.status}: {answer.text(500)}; its group is left empty "
+                "(not retried)"
             )
         try:
-            choices = response.json()["choices"]
+            choices = answer.json()["choices"]
         except (ValueError, KeyError, TypeError) as exc:
             return self._bad_group(f"{where} answered without a choices list ({_describe(exc)})")
         if not isinstance(choices, list):
