@@ -133,6 +133,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             "repetition_penalty": self.repetition_penalty,
             "generation_kwargs": args.generation_kwargs,
             "chat_template_kwargs": self.chat_template_kwargs,
+            "structured_outputs_regex": args.vllm_structured_outputs_regex,
             "weight_sync": self.vllm_generation.sync_weights,
         }
         if self.vllm_mode == "colocate":

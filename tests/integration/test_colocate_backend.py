@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -63,6 +64,17 @@ def test_completions_without_logprobs_are_failed_and_nan_token_logprobs_kept():
         assert completion.logprobs is not None and len(completion.logprobs) == len(completion.completion_ids)
         assert math.isnan(completion.logprobs[0]) == (k % 3 == 1)
         assert all(math.isfinite(value) for value in completion.logprobs[1:])
+
+
+def test_structured_outputs_regex_constrains_the_completions():
+    model, tokenizer = tiny_model_and_tokenizer()
+    backend = VLLMColocateBackend(TinyLLM(model, tokenizer), tokenizer, max_tokens=6, structured_outputs_regex="[ab]*")
+
+    (group,) = backend.generate(["p1:"], [6])
+
+    assert len(group) == 6
+    assert all(re.fullmatch("[ab]*", completion.text) for completion in group), [c.text for c in group]
+    assert any(completion.text for completion in group)
 
 
 def test_training_through_colocate_engine_syncs_weights(tmp_path):

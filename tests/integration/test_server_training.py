@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -140,3 +142,32 @@ def test_completions_without_sampler_logprobs_count_as_missing_when_importance_s
     )
     history = _train_with_importance_sampling(trainer)
     assert sum(e.get("generation/retried_prompts", 0) for e in history) > 0  # asked again, not trained on
+
+
+def test_vllm_structured_outputs_regex_constrains_what_the_server_backend_generates(tmp_path, tiny_model_dir):
+    model, tokenizer = tiny_model_and_tokenizer()
+    seen: list[str] = []
+
+    def reward(completions, **kwargs):
+        seen.extend(completions)
+        return [float(len(c)) for c in completions]
+
+    with run_test_server(model_dir=tiny_model_dir) as base_url:
+        trainer = MaxEntGRPOTrainer(
+            model=model,
+            reward_funcs=reward,
+            args=tiny_config(
+                tmp_path, max_steps=1, vllm_structured_outputs_regex="[ab]*", vllm_server_base_url=base_url
+            ),
+            train_dataset=letter_dataset(4),
+            processing_class=tokenizer,
+            generation_backend=TaggedBackend(tokenizer),
+        )
+        # The backend `use_vllm=True, vllm_mode="server"` builds, TRL's weight sync stubbed (no vLLM installed here).
+        trainer.use_vllm, trainer.vllm_mode = True, "server"
+        trainer.vllm_generation = SimpleNamespace(sync_weights=lambda: None)
+        trainer.generation_backend = trainer._default_backend()
+        assert isinstance(trainer.generation_backend, VLLMServerBackend)
+        trainer.train()
+    assert len(seen) == 4 and any(seen)
+    assert all(re.fullmatch("[ab]*", completion) for completion in seen), seen

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -155,6 +156,33 @@ def test_unknown_model_is_a_configuration_error_and_not_retried(servers, tokeniz
     assert raised.value.status_code == 404
     assert "configuration error" in str(raised.value)
     assert backend.stats["requests"] == 1
+
+
+def test_structured_outputs_regex_constrains_the_completions(servers, tokenizer):
+    backend = make_backend(servers["clean"], tokenizer, structured_outputs_regex="[ab]*")
+    prompts = ["hello", "xyz"]
+
+    groups = backend.generate(prompts, [4, 4])
+
+    assert [len(group) for group in groups] == [4, 4]
+    for prompt, group in zip(prompts, groups, strict=True):
+        for completion in group:
+            check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
+            assert re.fullmatch("[ab]*", completion.text), completion.text
+    assert any(completion.text for group in groups for completion in group)
+
+
+def test_structured_outputs_in_generation_kwargs_override_the_regex_as_in_trl(servers, tokenizer):
+    backend = make_backend(
+        servers["clean"],
+        tokenizer,
+        structured_outputs_regex="[ab]*",
+        generation_kwargs={"structured_outputs": {"regex": "[cd]*"}},
+    )
+
+    group = backend.generate(["hello"], [4])[0]
+
+    assert len(group) == 4 and all(re.fullmatch("[cd]*", completion.text) for completion in group)
 
 
 # ------------------------------------------------------------------------------------------------------ faults
@@ -400,6 +428,7 @@ def test_sync_weights_calls_weight_sync_or_warns_once(tokenizer, backend_logs):
         ("max_concurrency", 0),
         ("connection_timeout", float("nan")),
         ("generation_kwargs", {"n": 2}),
+        ("structured_outputs_regex", 3),
     ],
 )
 def test_invalid_settings_are_refused_with_the_field_named(tokenizer, field, value):

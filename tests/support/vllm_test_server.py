@@ -7,7 +7,8 @@ It really generates, with the tiny offline model of `maxent_grpo.tiny_model` (or
 Endpoints: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions`` (``prompt`` as one token-id list, a list of
 them, a string or a list of strings; ``n`` completions per prompt, prompt-major; ``return_token_ids`` adds
 ``token_ids`` and ``prompt_token_ids`` to each choice; ``return_tokens_as_token_ids`` keys logprobs as
-``"token_id:<id>"``). Errors come back as vLLM's ``{"error": {...}}`` JSON: 404 for an unknown model, 400 for an
+``"token_id:<id>"``; ``structured_outputs: {"regex": ...}`` constrains the completion text, see
+`RegexPrefixProcessor`). Errors come back as vLLM's ``{"error": {...}}`` JSON: 404 for an unknown model, 400 for an
 invalid request.
 
 Faults are injected on ``/v1/completions`` only (``/health`` and ``/v1/models`` are never faulty), each request
@@ -26,6 +27,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import socket
 import sys
@@ -38,7 +40,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 DEFAULT_MODEL_NAME = "tiny-qwen2"
 # vLLM clamps -inf logprobs to this value, as JSON has no infinity.
@@ -107,6 +116,35 @@ class SamplingRequest:
     seed: int | None
     token_ids_in_logprobs: bool
     return_token_ids: bool
+    regex: str | None
+
+
+class RegexPrefixProcessor(LogitsProcessor):
+    """Structured outputs, the simple way: masks the tokens that would take the completion out of ``pattern``.
+
+    At each step, every token whose text would make the decoded completion (what follows ``prompt_length`` ids) stop
+    fully matching the pattern is masked out; EOS stays allowed, the other special tokens are masked. This is exact
+    for patterns of which every prefix of a match is itself a match (such as ``[ab]*``), the kind the tests use; vLLM
+    handles any pattern.
+    """
+
+    def __init__(self, pattern: str, tokenizer: PreTrainedTokenizerBase, prompt_length: int) -> None:
+        self.pattern = re.compile(pattern)
+        self.prompt_length = prompt_length
+        self.eos = tokenizer.eos_token_id
+        special = set(tokenizer.all_special_ids)
+        self.pieces = {token: tokenizer.decode([token]) for token in range(len(tokenizer)) if token not in special}
+        self.tokenizer = tokenizer
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        mask = torch.full_like(scores, -torch.inf)
+        mask[:, self.eos] = 0.0
+        for row in range(input_ids.shape[0]):
+            text = self.tokenizer.decode(input_ids[row, self.prompt_length :], skip_special_tokens=True)
+            for token, piece in self.pieces.items():
+                if token < scores.shape[1] and self.pattern.fullmatch(text + piece):
+                    mask[row, token] = 0.0
+        return scores + mask
 
 
 class TinyEngine:
@@ -139,6 +177,9 @@ class TinyEngine:
                 top_k=params.top_k if params.top_k > 0 else None,
                 min_p=params.min_p or None,
             )
+        if params.regex is not None:
+            processor = RegexPrefixProcessor(params.regex, self.tokenizer, len(prompt_ids))
+            kwargs["logits_processor"] = LogitsProcessorList([processor])
         with self._lock, torch.no_grad():
             if params.seed is not None:
                 torch.manual_seed(params.seed)
@@ -220,7 +261,18 @@ def parse_sampling(body: dict[str, Any]) -> SamplingRequest:
         seed=_integer(body, "seed", None, 0),
         token_ids_in_logprobs=bool(body.get("return_tokens_as_token_ids", False)),
         return_token_ids=bool(body.get("return_token_ids", False)),
+        regex=_structured_outputs_regex(body),
     )
+
+
+def _structured_outputs_regex(body: dict[str, Any]) -> str | None:
+    """The ``structured_outputs`` field, which TRL's client sends as ``{"regex": <pattern>}`` (the only kind here)."""
+    value = body.get("structured_outputs")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"regex"} or not isinstance(value["regex"], str):
+        raise BadRequest(f"structured_outputs must be {{'regex': <pattern>}} on this server, got {value!r}")
+    return value["regex"]
 
 
 def _is_ids(value: Any) -> bool:

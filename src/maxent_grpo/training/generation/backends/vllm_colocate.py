@@ -25,13 +25,24 @@ class LLMEngine(Protocol):
     def generate(self, prompts: list[dict[str, Any]], sampling_params: Any, use_tqdm: bool = ...) -> list[Any]: ...
 
 
-def _to_engine_params(settings: SamplingSettings, n: int, extra: dict[str, Any]) -> Any:
-    """Real `vllm.SamplingParams` when vLLM is importable, else a namespace with the same fields (for test engines)."""
+def _to_engine_params(
+    settings: SamplingSettings, n: int, extra: dict[str, Any], structured_outputs_regex: str | None
+) -> Any:
+    """Real `vllm.SamplingParams` when vLLM is importable, else a namespace with the same fields (for test engines).
+
+    As in TRL's `VLLMGeneration`, ``structured_outputs_regex`` becomes ``structured_outputs`` (taking precedence over
+    one in ``extra``), and a ``structured_outputs`` dict becomes vLLM's `StructuredOutputsParams`.
+    """
     fields = {"n": n, "logprobs": 0, **settings.as_dict(), **extra}
+    if structured_outputs_regex is not None:
+        fields["structured_outputs"] = {"regex": structured_outputs_regex}
     if importlib.util.find_spec("vllm") is None:
         return SimpleNamespace(**fields)
     from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
 
+    if isinstance(fields.get("structured_outputs"), dict):
+        fields["structured_outputs"] = StructuredOutputsParams(**fields["structured_outputs"])
     return SamplingParams(**fields)
 
 
@@ -64,6 +75,9 @@ class VLLMColocateBackend:
     completion that comes back without them although they were asked for, or with one entry too few or too many, is
     returned with ``failed=True`` (it counts as missing and is retried) and logged as ``bad data``; a single token
     without a logprob gets NaN, which TRL leaves out of its importance-sampling correction.
+
+    ``structured_outputs_regex`` (TRL's ``vllm_structured_outputs_regex``) constrains every completion to match it,
+    passed to the engine as TRL does.
     """
 
     def __init__(
@@ -79,6 +93,7 @@ class VLLMColocateBackend:
         repetition_penalty: float = 1.0,
         generation_kwargs: dict[str, Any] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        structured_outputs_regex: str | None = None,
         weight_sync: Callable[[], None] | None = None,
     ) -> None:
         self.engine = engine
@@ -94,6 +109,12 @@ class VLLMColocateBackend:
             repetition_penalty=repetition_penalty,
         )
         self._extra = dict(generation_kwargs or {})
+        self.structured_outputs_regex = structured_outputs_regex
+        if structured_outputs_regex is not None and self._extra.get("structured_outputs") is not None:
+            logger.warning(
+                "Both structured_outputs_regex and generation_kwargs['structured_outputs'] are set; "
+                "structured_outputs_regex takes precedence."
+            )
         self.wants_logprobs = self._extra.get("logprobs", 0) is not None
 
     def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
@@ -103,7 +124,9 @@ class VLLMColocateBackend:
             return groups
         prompt_ids = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.chat_template_kwargs)
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
-        params = [_to_engine_params(self._settings, counts[i], self._extra) for i in asked]
+        params = [
+            _to_engine_params(self._settings, counts[i], self._extra, self.structured_outputs_regex) for i in asked
+        ]
         outputs = self.engine.generate(requests, sampling_params=params, use_tqdm=False)
         for index, output in zip(asked, outputs, strict=True):
             used_prompt_ids = [int(t) for t in output.prompt_token_ids]

@@ -154,6 +154,9 @@ class VLLMServerBackend:
             ``model`` to address a LoRA adapter by name, ...). The fields that shape the answer (``prompt``, ``n``,
             ``return_token_ids``, ``return_tokens_as_token_ids``, ``stream``) are refused.
         chat_template_kwargs: passed to the chat template for conversational prompts.
+        structured_outputs_regex: a regular expression every completion must match (TRL's
+            ``vllm_structured_outputs_regex``), sent as ``structured_outputs: {"regex": ...}`` the way TRL's
+            `VLLMClient` sends it; a ``structured_outputs`` field in ``generation_kwargs`` overrides it, as there.
         request_timeout: seconds one request may take, from connecting to the last byte of the answer (a server
             that trickles its answer is cut off too). TRL's client sets no timeout, so a stalled server hangs training
             forever; here the request fails as an infrastructure failure and is retried.
@@ -190,6 +193,7 @@ class VLLMServerBackend:
         repetition_penalty: float = 1.0,
         generation_kwargs: dict[str, Any] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        structured_outputs_regex: str | None = None,
         request_timeout: float = 120.0,
         max_attempts: int = 3,
         backoff_seconds: float = 1.0,
@@ -201,6 +205,8 @@ class VLLMServerBackend:
             raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
         if tokenizer is None:
             raise ValueError("tokenizer must be the training tokenizer, got None")
+        if structured_outputs_regex is not None and not isinstance(structured_outputs_regex, str):
+            raise ValueError(f"structured_outputs_regex must be a string or None, got {structured_outputs_regex!r}")
         if weight_sync is not None and not callable(weight_sync):
             raise ValueError(f"weight_sync must be a callable taking no arguments or None, got {weight_sync!r}")
         self.base_url = base_url.rstrip("/")
@@ -221,6 +227,9 @@ class VLLMServerBackend:
                 f"generation_kwargs must not set {reserved}: the backend sets them itself, got {generation_kwargs!r}"
             )
         self.chat_template_kwargs = _check_kwargs("chat_template_kwargs", chat_template_kwargs)
+        self.structured_outputs = (
+            {} if structured_outputs_regex is None else {"structured_outputs": {"regex": structured_outputs_regex}}
+        )
         # Logprobs are asked for (``logprobs: 0``, the sampled token's) unless `generation_kwargs` turns them off.
         self.wants_logprobs = self.generation_kwargs.get("logprobs", 0) is not None
         self.request_timeout = check_number("request_timeout", request_timeout, low=0.0, low_open=True)
@@ -430,6 +439,7 @@ class VLLMServerBackend:
             "n": count,
             **self.sampling,
             "logprobs": 0,
+            **self.structured_outputs,
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
             **self.generation_kwargs,
