@@ -43,11 +43,20 @@ class MaxEntGRPOConfig(GRPOConfig):
             "was dropped (such batches make no parameter update)."
         },
     )
+    generation_step_timeout: float | None = field(
+        default=None,
+        metadata={
+            "help": "Seconds one generation step (first call, retry rounds, dynamic-sampling rounds) may take. Once "
+            "spent, no retry round starts on any process, requests to a vLLM server are cut off, and groups still "
+            "incomplete are dropped. Generation that cannot be interrupted (transformers, vLLM colocate) finishes the "
+            "call it is in. None: no limit."
+        },
+    )
     vllm_request_timeout: float = field(
         default=600.0,
         metadata={
-            "help": "Seconds one request to the vLLM server may take before it counts as failed and is retried "
-            "(server mode only)."
+            "help": "Seconds one request to the vLLM server may take, from connecting to the last byte of the answer, "
+            "before it counts as failed and is retried (server mode only)."
         },
     )
     vllm_request_attempts: int = field(
@@ -161,6 +170,10 @@ class MaxEntGRPOConfig(GRPOConfig):
                 self.generation_max_consecutive_empty_batches,
                 "an integer >= 1",
             )
+        if self.generation_step_timeout is not None and not (
+            self.generation_step_timeout > 0 and math.isfinite(self.generation_step_timeout)
+        ):
+            _fail("generation_step_timeout", self.generation_step_timeout, "None or a finite number of seconds > 0")
         if not self.vllm_request_timeout > 0:
             _fail("vllm_request_timeout", self.vllm_request_timeout, "a number of seconds > 0")
         if self.vllm_request_attempts < 1:

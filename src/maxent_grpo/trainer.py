@@ -133,6 +133,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             "repetition_penalty": self.repetition_penalty,
             "generation_kwargs": args.generation_kwargs,
             "chat_template_kwargs": self.chat_template_kwargs,
+            "structured_outputs_regex": args.vllm_structured_outputs_regex,
             "weight_sync": self.vllm_generation.sync_weights,
         }
         if self.vllm_mode == "colocate":
@@ -158,10 +159,14 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     # --------------------------------------------------------------------------------------------- generation
     def _check_completion(self, completion: Completion) -> str | None:
-        """Why a completion is unusable (I5), or None: failed, empty, or ids outside the tokenizer's vocabulary."""
+        """Why a completion is unusable (I5), or None: failed, empty, ids outside the tokenizer's vocabulary, or
+        without the sampler logprobs TRL's importance-sampling correction needs (one such row would leave the whole
+        batch without them)."""
         vocab_size = self._vocab_size
         if completion.failed:
             return "backend marked the completion as failed"
+        if completion.logprobs is None and self.use_vllm and self.vllm_importance_sampling_correction:
+            return "no sampler logprobs (vllm_importance_sampling_correction needs them)"
         if not completion.completion_ids:
             return "empty completion"
         if not completion.prompt_ids:
@@ -183,6 +188,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             max_retry_rounds=self.args.generation_max_retries,
             placeholder_prompt_id=self._tokenizer.pad_token_id,
             placeholder_completion_id=self.eos_token_ids[0],
+            step_timeout=self.args.generation_step_timeout,
         )
 
     def _generate(self, prompts: list) -> tuple:

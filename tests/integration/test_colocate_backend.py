@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
 from datasets import Dataset
 
 from maxent_grpo import MaxEntGRPOTrainer, VLLMColocateBackend
-from tests.support.tiny_vllm_engine import TinyLLM
+from tests.support.tiny_vllm_engine import Logprob, TinyLLM
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
 pytestmark = pytest.mark.slow
@@ -32,6 +33,48 @@ def test_backend_returns_engine_prompt_ids_counts_and_sampled_logprobs():
     (chat_group,) = backend.generate([chat], [2])
     expected = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=True)
     assert chat_group[0].prompt_ids == list(expected["input_ids"])
+
+
+class UnscoredLLM(TinyLLM):
+    """Of every three completions of a request: the first has no logprobs, the second a NaN one for its first token."""
+
+    def generate(self, prompts: list, sampling_params, use_tqdm: bool = True) -> list:
+        results = super().generate(prompts, sampling_params, use_tqdm)
+        for request in results:
+            for k, output in enumerate(request.outputs):
+                if k % 3 == 0:
+                    output.logprobs = None
+                elif k % 3 == 1:
+                    output.logprobs[0] = {output.token_ids[0]: Logprob(math.nan)}
+        return results
+
+
+def test_completions_without_logprobs_are_failed_and_nan_token_logprobs_kept():
+    model, tokenizer = tiny_model_and_tokenizer()
+    backend = VLLMColocateBackend(UnscoredLLM(model, tokenizer), tokenizer, max_tokens=6)
+
+    (group,) = backend.generate(["p1:"], [6])
+
+    assert len(group) == 6
+    for k, completion in enumerate(group):
+        assert completion.failed == (k % 3 == 0)
+        if completion.failed:
+            assert completion.logprobs is None
+            continue
+        assert completion.logprobs is not None and len(completion.logprobs) == len(completion.completion_ids)
+        assert math.isnan(completion.logprobs[0]) == (k % 3 == 1)
+        assert all(math.isfinite(value) for value in completion.logprobs[1:])
+
+
+def test_structured_outputs_regex_constrains_the_completions():
+    model, tokenizer = tiny_model_and_tokenizer()
+    backend = VLLMColocateBackend(TinyLLM(model, tokenizer), tokenizer, max_tokens=6, structured_outputs_regex="[ab]*")
+
+    (group,) = backend.generate(["p1:"], [6])
+
+    assert len(group) == 6
+    assert all(re.fullmatch("[ab]*", completion.text) for completion in group), [c.text for c in group]
+    assert any(completion.text for completion in group)
 
 
 def test_training_through_colocate_engine_syncs_weights(tmp_path):

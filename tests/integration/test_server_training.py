@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+import re
+from types import SimpleNamespace
 
 import pytest
 
-from maxent_grpo import MaxEntGRPOTrainer, VLLMServerBackend
+from maxent_grpo import Completion, MaxEntGRPOTrainer, VLLMServerBackend
 from tests.integration.test_alignment_probe import AlignmentReward
 from tests.support.server_process import run_test_server
+from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
 pytestmark = pytest.mark.slow
@@ -80,3 +83,91 @@ def test_training_through_faulty_server(tmp_path, tiny_model_dir):
     assert all(math.isfinite(e["loss"]) for e in history if "loss" in e)
     sampling = [e for e in history if "completions/mean_length" in e]
     assert sampling, "no batch produced data"
+
+
+def _train_with_importance_sampling(trainer: MaxEntGRPOTrainer) -> list[dict]:
+    # TRL's importance-sampling correction (on by default with vLLM) runs for any backend once use_vllm is on.
+    trainer.use_vllm = True
+    trainer.vllm_importance_sampling_correction = True
+    trainer.train()
+    history = trainer.state.log_history
+    assert all(math.isfinite(e["loss"]) for e in history if "loss" in e)
+    ratios = [
+        e["sampling/importance_sampling_ratio/mean"] for e in history if "sampling/importance_sampling_ratio/mean" in e
+    ]
+    assert ratios and all(math.isfinite(r) for r in ratios)
+    assert sum(e.get("generation/invalid_completions", 0) for e in history) > 0
+    return history
+
+
+def test_importance_sampling_survives_missing_and_nan_logprobs_from_the_server(tmp_path, tiny_model_dir):
+    model, tokenizer = tiny_model_and_tokenizer()
+    flags = ("--null-logprobs-rate", "0.2", "--nan-logprobs-rate", "0.5", "--seed", "2")
+    with run_test_server(*flags, model_dir=tiny_model_dir) as base_url:
+        backend = VLLMServerBackend(base_url, tokenizer=tokenizer, max_tokens=8, backoff_seconds=0.01)
+        trainer = MaxEntGRPOTrainer(
+            model=model,
+            reward_funcs=TagFromPromptReward(),
+            args=tiny_config(tmp_path, max_steps=2, per_device_train_batch_size=8),
+            train_dataset=letter_dataset(8),
+            processing_class=tokenizer,
+            generation_backend=backend,
+        )
+        _train_with_importance_sampling(trainer)
+    assert backend.stats["bad_data"] > 0
+
+
+class LogprobFreeBackend(TaggedBackend):
+    """Every third completion served comes without sampler logprobs (and is not marked failed)."""
+
+    served: int = 0
+
+    def _completion(self, prompt: str) -> Completion:
+        completion = super()._completion(prompt)
+        self.served += 1
+        if self.served % 3:
+            return completion
+        return Completion(completion.text, completion.prompt_ids, completion.completion_ids, failed=completion.failed)
+
+
+def test_completions_without_sampler_logprobs_count_as_missing_when_importance_sampling_needs_them(tmp_path):
+    model, tokenizer = tiny_model_and_tokenizer()
+    trainer = MaxEntGRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **kwargs: [float(len(c)) for c in completions],
+        args=tiny_config(tmp_path, max_steps=2, per_device_train_batch_size=8),
+        train_dataset=letter_dataset(8),
+        processing_class=tokenizer,
+        generation_backend=LogprobFreeBackend(tokenizer),
+    )
+    history = _train_with_importance_sampling(trainer)
+    assert sum(e.get("generation/retried_prompts", 0) for e in history) > 0  # asked again, not trained on
+
+
+def test_vllm_structured_outputs_regex_constrains_what_the_server_backend_generates(tmp_path, tiny_model_dir):
+    model, tokenizer = tiny_model_and_tokenizer()
+    seen: list[str] = []
+
+    def reward(completions, **kwargs):
+        seen.extend(completions)
+        return [float(len(c)) for c in completions]
+
+    with run_test_server(model_dir=tiny_model_dir) as base_url:
+        trainer = MaxEntGRPOTrainer(
+            model=model,
+            reward_funcs=reward,
+            args=tiny_config(
+                tmp_path, max_steps=1, vllm_structured_outputs_regex="[ab]*", vllm_server_base_url=base_url
+            ),
+            train_dataset=letter_dataset(4),
+            processing_class=tokenizer,
+            generation_backend=TaggedBackend(tokenizer),
+        )
+        # The backend `use_vllm=True, vllm_mode="server"` builds, TRL's weight sync stubbed (no vLLM installed here).
+        trainer.use_vllm, trainer.vllm_mode = True, "server"
+        trainer.vllm_generation = SimpleNamespace(sync_weights=lambda: None)
+        trainer.generation_backend = trainer._default_backend()
+        assert isinstance(trainer.generation_backend, VLLMServerBackend)
+        trainer.train()
+    assert len(seen) == 4 and any(seen)
+    assert all(re.fullmatch("[ab]*", completion) for completion in seen), seen

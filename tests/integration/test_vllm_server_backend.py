@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -15,6 +16,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend, VLLMServerRequestError
+from maxent_grpo.training.generation.collect import collect_completion_groups
+from maxent_grpo.training.generation.step import Collectives, GenerationStep
 from tests.support.server_process import run_test_servers
 
 LOGGER = "maxent_grpo.training.generation.backends.vllm_server"
@@ -29,6 +32,9 @@ SERVERS = {
     "short": ("--short-rate", "1.0"),
     "slow": ("--delay-rate", "1.0", "--delay-seconds", "30"),
     "oov": ("--oov-rate", "0.5", "--seed", "0"),
+    "short_context": ("--max-model-len", "16"),
+    "trickle": ("--trickle-rate", "1.0", "--trickle-seconds", "0.02"),
+    "logprobs": ("--null-logprobs-rate", "0.3", "--nan-logprobs-rate", "0.3", "--seed", "0"),
 }
 
 
@@ -102,7 +108,13 @@ def test_fault_free_groups_have_the_asked_sizes_and_consistent_tokens(servers, t
     for prompt, group in zip(prompts, groups, strict=True):
         for completion in group:
             check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
-    assert backend.stats == {"requests": 3, "retries": 0, "infrastructure_failures": 0, "bad_data": 0}
+    assert backend.stats == {
+        "requests": 3,
+        "retries": 0,
+        "infrastructure_failures": 0,
+        "bad_data": 0,
+        "out_of_time": 0,
+    }
     assert not any("failure" in m or "bad data" in m for m in messages(backend_logs))
 
 
@@ -135,20 +147,42 @@ def test_chat_prompt_goes_through_the_chat_template(servers, tokenizer):
         check_completion(completion, tokenizer, tokenizer("user: hi\nassistant: ")["input_ids"])
 
 
-@pytest.mark.parametrize(
-    ("generation_kwargs", "status"),
-    [({"model": "no-such-model"}, 404), ({"max_tokens": 0}, 400)],
-    ids=["unknown-model", "invalid-parameter"],
-)
-def test_http_4xx_is_a_clear_error_and_not_retried(servers, tokenizer, generation_kwargs, status):
-    backend = make_backend(servers["clean"], tokenizer, generation_kwargs=generation_kwargs)
+def test_unknown_model_is_a_configuration_error_and_not_retried(servers, tokenizer):
+    backend = make_backend(servers["clean"], tokenizer, generation_kwargs={"model": "no-such-model"})
 
-    with pytest.raises(VLLMServerRequestError, match=f"HTTP {status}") as raised:
+    with pytest.raises(VLLMServerRequestError, match="HTTP 404") as raised:
         backend.generate(["ab"], [2])
 
-    assert raised.value.status_code == status
+    assert raised.value.status_code == 404
     assert "configuration error" in str(raised.value)
     assert backend.stats["requests"] == 1
+
+
+def test_structured_outputs_regex_constrains_the_completions(servers, tokenizer):
+    backend = make_backend(servers["clean"], tokenizer, structured_outputs_regex="[ab]*")
+    prompts = ["hello", "xyz"]
+
+    groups = backend.generate(prompts, [4, 4])
+
+    assert [len(group) for group in groups] == [4, 4]
+    for prompt, group in zip(prompts, groups, strict=True):
+        for completion in group:
+            check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
+            assert re.fullmatch("[ab]*", completion.text), completion.text
+    assert any(completion.text for group in groups for completion in group)
+
+
+def test_structured_outputs_in_generation_kwargs_override_the_regex_as_in_trl(servers, tokenizer):
+    backend = make_backend(
+        servers["clean"],
+        tokenizer,
+        structured_outputs_regex="[ab]*",
+        generation_kwargs={"structured_outputs": {"regex": "[cd]*"}},
+    )
+
+    group = backend.generate(["hello"], [4])[0]
+
+    assert len(group) == 4 and all(re.fullmatch("[cd]*", completion.text) for completion in group)
 
 
 # ------------------------------------------------------------------------------------------------------ faults
@@ -195,6 +229,35 @@ def test_short_groups_are_returned_as_is_and_logged_as_bad_data(servers, tokeniz
     assert len(shorts) == 2
 
 
+def test_a_prompt_the_server_rejects_leaves_only_its_own_group_empty(servers, tokenizer, backend_logs):
+    # 16 tokens of context: 6 completion tokens leave room for "ab" and "cd", not for the long prompt.
+    backend = make_backend(servers["short_context"], tokenizer)
+    prompts = ["ab", "a prompt longer than the context", "cd"]
+
+    groups = backend.generate(prompts, [2, 3, 2])
+
+    assert [len(group) for group in groups] == [2, 0, 2]
+    for prompt, group in zip(prompts, groups, strict=True):
+        for completion in group:
+            check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
+    assert backend.stats == {
+        "requests": 3,
+        "retries": 0,
+        "infrastructure_failures": 0,
+        "bad_data": 1,
+        "out_of_time": 0,
+    }
+    logged = messages(backend_logs)
+    (rejected,) = [m for m in logged if m.startswith("bad data")]
+    assert "HTTP 400" in rejected and "maximum context length" in rejected and "not retried" in rejected
+    assert not any("retrying" in m or "failure" in m for m in logged)
+
+    # Through the trainer's retry rounds: the rejected prompt is asked again and stays short, the others are complete.
+    collected = collect_completion_groups(backend, prompts, [2, 3, 2], retry_limit=2, check=lambda completion: None)
+    assert collected.complete == [True, False, True]
+    assert collected.stats["backend_errors"] == 0
+
+
 def test_delays_beyond_the_request_timeout_do_not_hang(servers, tokenizer, backend_logs):
     backend = make_backend(servers["slow"], tokenizer, request_timeout=0.5, max_attempts=2)
 
@@ -209,6 +272,49 @@ def test_delays_beyond_the_request_timeout_do_not_hang(servers, tokenizer, backe
     failures = [m for m in messages(backend_logs) if m.startswith("infrastructure failure")]
     assert len(failures) == 2
     assert all("Timeout" in m for m in failures)
+
+
+def test_an_answer_trickled_byte_by_byte_is_cut_off_at_the_request_timeout(servers, tokenizer, backend_logs):
+    backend = make_backend(servers["trickle"], tokenizer, request_timeout=1.0, max_attempts=1)
+
+    start = time.monotonic()
+    groups = backend.generate(["ab"], [2])
+    elapsed = time.monotonic() - start
+
+    assert groups == [[]]
+    assert elapsed < 3 * 1.0 + 2  # a bound, not a benchmark: the whole answer would take over 20 s
+    assert backend.stats["infrastructure_failures"] == 1
+    (failure,) = [m for m in messages(backend_logs) if m.startswith("infrastructure failure")]
+    assert "Timeout" in failure
+
+
+def test_a_generation_step_with_a_time_budget_ends_within_it_and_drops_what_is_missing(
+    servers, tokenizer, backend_logs
+):
+    # Each request would take 30 s, and up to 3 attempts in each of 1 + G rounds: the budget cuts all of it short.
+    backend = make_backend(servers["slow"], tokenizer, request_timeout=20.0, max_attempts=3)
+    step = GenerationStep(
+        backend,
+        check=lambda completion: None,
+        collectives=Collectives(process_index=0, device=torch.device("cpu"), gather=lambda tensor: tensor),
+        group_size=2,
+        max_retry_rounds=None,
+        placeholder_prompt_id=0,
+        placeholder_completion_id=1,
+        step_timeout=1.5,
+    )
+
+    start = time.monotonic()
+    batch = step.collect(["ab", "ab", "cd", "cd"])
+    agreement = step.agree(batch)
+    elapsed = time.monotonic() - start
+
+    assert elapsed < 1.5 + 2  # a bound, not a benchmark
+    assert agreement.group_kept.tolist() == [False, False]
+    assert batch.backend_calls == 1 and batch.stats["retry_rounds"] == 0
+    assert "the generation step's time budget was spent" in batch.reasons
+    assert backend.stats["out_of_time"] == 2 and backend.stats["infrastructure_failures"] == 0
+    assert sum(m.startswith("out of time") for m in messages(backend_logs)) == 2
 
 
 def test_out_of_vocabulary_completions_are_marked_failed(servers, tokenizer, backend_logs):
@@ -231,6 +337,49 @@ def test_out_of_vocabulary_completions_are_marked_failed(servers, tokenizer, bac
     logged = [m for m in messages(backend_logs) if m.startswith("bad data")]
     assert len(logged) == sum(outside)
     assert all("outside the vocabulary" in m for m in logged)
+
+
+def test_choices_without_logprobs_are_marked_failed(servers, tokenizer, backend_logs):
+    # One completion without logprobs would leave the whole batch without them, and TRL's importance-sampling
+    # correction would then subtract None: such a completion is bad data and counts as missing.
+    backend = make_backend(servers["logprobs"], tokenizer, max_concurrency=1)
+
+    groups = backend.generate(["ab", "cd"], [8, 8])
+
+    completions = [completion for group in groups for completion in group]
+    assert [len(group) for group in groups] == [8, 8]
+    failed = [completion for completion in completions if completion.failed]
+    assert 0 < len(failed) < len(completions)
+    assert all(completion.logprobs is None for completion in failed)
+    assert all(completion.logprobs is not None for completion in completions if not completion.failed)
+    assert backend.stats["bad_data"] == len(failed)
+    logged = [m for m in messages(backend_logs) if m.startswith("bad data")]
+    assert len(logged) == len(failed)
+    assert all("no logprobs although they were asked for" in m for m in logged)
+
+
+def test_nan_token_logprobs_are_kept_as_nan(servers, tokenizer):
+    backend = make_backend(servers["logprobs"], tokenizer, max_concurrency=1)
+
+    groups = backend.generate(["ab", "cd"], [8, 8])
+
+    kept = [completion for group in groups for completion in group if not completion.failed]
+    with_nan = [c for c in kept if any(math.isnan(value) for value in c.logprobs)]
+    assert 0 < len(with_nan) < len(kept)
+    for completion in with_nan:
+        assert len(completion.logprobs) == len(completion.completion_ids)
+        assert sum(math.isnan(value) for value in completion.logprobs) == 1
+        assert all(value <= 0 for value in completion.logprobs if not math.isnan(value))
+
+
+def test_logprobs_switched_off_are_not_bad_data(servers, tokenizer):
+    backend = make_backend(servers["clean"], tokenizer, generation_kwargs={"logprobs": None})
+
+    group = backend.generate(["ab"], [2])[0]
+
+    assert len(group) == 2
+    assert all(not completion.failed and completion.logprobs is None for completion in group)
+    assert backend.stats["bad_data"] == 0
 
 
 def test_server_not_running_gives_empty_groups_quickly(tokenizer, backend_logs):
@@ -279,6 +428,7 @@ def test_sync_weights_calls_weight_sync_or_warns_once(tokenizer, backend_logs):
         ("max_concurrency", 0),
         ("connection_timeout", float("nan")),
         ("generation_kwargs", {"n": 2}),
+        ("structured_outputs_regex", 3),
     ],
 )
 def test_invalid_settings_are_refused_with_the_field_named(tokenizer, field, value):

@@ -1,6 +1,7 @@
 """An engine with vLLM's `LLM.generate` interface that really samples with the tiny model (for colocate tests).
 
-It keeps its own copy of the weights, like a vLLM engine does, so weight synchronisation is observable.
+It keeps its own copy of the weights, like a vLLM engine does, so weight synchronisation is observable, and honours
+a structured-outputs regex (see `RegexPrefixProcessor`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
+
+from tests.support.vllm_test_server import RegexPrefixProcessor
 
 
 @dataclass
@@ -31,6 +34,14 @@ class CompletionOutput:
 class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput] = field(default_factory=list)
+
+
+def _structured_outputs_regex(sampling_params: Any) -> str | None:
+    """The regex of ``structured_outputs`` (a dict here, vLLM's `StructuredOutputsParams` in vLLM), or None."""
+    structured = getattr(sampling_params, "structured_outputs", None)
+    if isinstance(structured, dict):
+        return structured.get("regex")
+    return getattr(structured, "regex", None)
 
 
 class TinyLLM:
@@ -56,6 +67,8 @@ class TinyLLM:
         for prompt, sp in zip(prompts, params, strict=True):
             ids = torch.tensor([prompt["prompt_token_ids"]])
             self.requests.append(sp.n)
+            regex = _structured_outputs_regex(sp)
+            processors = [] if regex is None else [RegexPrefixProcessor(regex, self.tokenizer, ids.shape[1])]
             out = self.model.generate(
                 input_ids=ids,
                 attention_mask=torch.ones_like(ids),
@@ -68,6 +81,7 @@ class TinyLLM:
                 return_dict_in_generate=True,
                 pad_token_id=self.tokenizer.pad_token_id,
                 eos_token_id=eos,
+                logits_processor=LogitsProcessorList(processors),
             )
             new_tokens = out.sequences[:, ids.shape[1] :]
             step_logprobs = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)

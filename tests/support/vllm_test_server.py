@@ -7,7 +7,8 @@ It really generates, with the tiny offline model of `maxent_grpo.tiny_model` (or
 Endpoints: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions`` (``prompt`` as one token-id list, a list of
 them, a string or a list of strings; ``n`` completions per prompt, prompt-major; ``return_token_ids`` adds
 ``token_ids`` and ``prompt_token_ids`` to each choice; ``return_tokens_as_token_ids`` keys logprobs as
-``"token_id:<id>"``). Errors come back as vLLM's ``{"error": {...}}`` JSON: 404 for an unknown model, 400 for an
+``"token_id:<id>"``; ``structured_outputs: {"regex": ...}`` constrains the completion text, see
+`RegexPrefixProcessor`). Errors come back as vLLM's ``{"error": {...}}`` JSON: 404 for an unknown model, 400 for an
 invalid request.
 
 Faults are injected on ``/v1/completions`` only (``/health`` and ``/v1/models`` are never faulty), each request
@@ -23,8 +24,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
+import re
 import signal
 import socket
 import sys
@@ -37,7 +40,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 DEFAULT_MODEL_NAME = "tiny-qwen2"
 # vLLM clamps -inf logprobs to this value, as JSON has no infinity.
@@ -54,13 +64,17 @@ class BadRequest(Exception):
 
 @dataclass(frozen=True)
 class Faults:
-    """Fault-injection rates (fractions of /v1/completions requests, or of choices for ``oov_rate``)."""
+    """Fault-injection rates: fractions of /v1/completions requests, or of choices for the oov and logprob faults."""
 
     failure_rate: float = 0.0
     short_rate: float = 0.0
     delay_rate: float = 0.0
     delay_seconds: float = 0.0
     oov_rate: float = 0.0
+    null_logprobs_rate: float = 0.0
+    nan_logprobs_rate: float = 0.0
+    trickle_rate: float = 0.0
+    trickle_seconds: float = 0.0
     seed: int = 0
 
 
@@ -72,7 +86,9 @@ class RequestFaults:
     drop_connection: bool
     delay: bool
     short: bool
+    trickle: bool
     rng: random.Random
+    logprobs_rng: random.Random
 
 
 @dataclass(frozen=True)
@@ -100,17 +116,48 @@ class SamplingRequest:
     seed: int | None
     token_ids_in_logprobs: bool
     return_token_ids: bool
+    regex: str | None
+
+
+class RegexPrefixProcessor(LogitsProcessor):
+    """Structured outputs, the simple way: masks the tokens that would take the completion out of ``pattern``.
+
+    At each step, every token whose text would make the decoded completion (what follows ``prompt_length`` ids) stop
+    fully matching the pattern is masked out; EOS stays allowed, the other special tokens are masked. This is exact
+    for patterns of which every prefix of a match is itself a match (such as ``[ab]*``), the kind the tests use; vLLM
+    handles any pattern.
+    """
+
+    def __init__(self, pattern: str, tokenizer: PreTrainedTokenizerBase, prompt_length: int) -> None:
+        self.pattern = re.compile(pattern)
+        self.prompt_length = prompt_length
+        self.eos = tokenizer.eos_token_id
+        special = set(tokenizer.all_special_ids)
+        self.pieces = {token: tokenizer.decode([token]) for token in range(len(tokenizer)) if token not in special}
+        self.tokenizer = tokenizer
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        mask = torch.full_like(scores, -torch.inf)
+        mask[:, self.eos] = 0.0
+        for row in range(input_ids.shape[0]):
+            text = self.tokenizer.decode(input_ids[row, self.prompt_length :], skip_special_tokens=True)
+            for token, piece in self.pieces.items():
+                if token < scores.shape[1] and self.pattern.fullmatch(text + piece):
+                    mask[row, token] = 0.0
+        return scores + mask
 
 
 class TinyEngine:
     """The model, its tokenizer and a lock: one generation at a time."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) -> None:
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str, max_model_len: int | None = None
+    ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
         self.vocab_size = len(tokenizer)
-        self.max_model_len = int(getattr(model.config, "max_position_embeddings", 2048))
+        self.max_model_len = max_model_len or int(getattr(model.config, "max_position_embeddings", 2048))
         self._lock = threading.Lock()
 
     def sample(self, prompt_ids: list[int], params: SamplingRequest) -> list[Sample]:
@@ -130,6 +177,9 @@ class TinyEngine:
                 top_k=params.top_k if params.top_k > 0 else None,
                 min_p=params.min_p or None,
             )
+        if params.regex is not None:
+            processor = RegexPrefixProcessor(params.regex, self.tokenizer, len(prompt_ids))
+            kwargs["logits_processor"] = LogitsProcessorList([processor])
         with self._lock, torch.no_grad():
             if params.seed is not None:
                 torch.manual_seed(params.seed)
@@ -211,7 +261,18 @@ def parse_sampling(body: dict[str, Any]) -> SamplingRequest:
         seed=_integer(body, "seed", None, 0),
         token_ids_in_logprobs=bool(body.get("return_tokens_as_token_ids", False)),
         return_token_ids=bool(body.get("return_token_ids", False)),
+        regex=_structured_outputs_regex(body),
     )
+
+
+def _structured_outputs_regex(body: dict[str, Any]) -> str | None:
+    """The ``structured_outputs`` field, which TRL's client sends as ``{"regex": <pattern>}`` (the only kind here)."""
+    value = body.get("structured_outputs")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"regex"} or not isinstance(value["regex"], str):
+        raise BadRequest(f"structured_outputs must be {{'regex': <pattern>}} on this server, got {value!r}")
+    return value["regex"]
 
 
 def _is_ids(value: Any) -> bool:
@@ -273,7 +334,10 @@ class FaultyServer(ThreadingHTTPServer):
             drop_connection=drop < 0.5,
             delay=delay < self.faults.delay_rate,
             short=short < self.faults.short_rate,
+            # Generators of their own, so that switching these faults on leaves every other draw as it was.
+            trickle=random.Random(f"trickle:{self.faults.seed}:{index}").random() < self.faults.trickle_rate,
             rng=rng,
+            logprobs_rng=random.Random(f"logprobs:{self.faults.seed}:{index}"),
         )
 
 
@@ -318,7 +382,7 @@ class Handler(BaseHTTPRequestHandler):
         except BadRequest as exc:
             self._send_error(exc.status, str(exc))
         else:
-            self._send_json(HTTPStatus.OK, answer)
+            self._send_json(HTTPStatus.OK, answer, trickle=faults.trickle)
 
     def _complete(self, body: Any, faults: RequestFaults) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -367,7 +431,7 @@ class Handler(BaseHTTPRequestHandler):
             "prompt_logprobs": None,
         }
         if params.logprobs is not None:
-            choice["logprobs"] = self._logprobs(token_ids, top, params)
+            choice["logprobs"] = self._spoil(self._logprobs(token_ids, top, params), faults.logprobs_rng)
         if params.return_token_ids:
             choice["token_ids"] = token_ids
             choice["prompt_token_ids"] = prompt_ids
@@ -387,20 +451,40 @@ class Handler(BaseHTTPRequestHandler):
             "top_logprobs": [{engine.token_name(t, as_id): v for t, v in entries.items()} for entries in top],
         }
 
+    def _spoil(self, logprobs: dict[str, Any], rng: random.Random) -> dict[str, Any] | None:
+        """Drop a choice's logprobs (``null``), or make one sampled token's logprob NaN, at the configured rates."""
+        faults = self.server.faults
+        null, nan = rng.random(), rng.random()
+        if null < faults.null_logprobs_rate:
+            return None
+        if nan < faults.nan_logprobs_rate:
+            position = rng.randrange(len(logprobs["tokens"]))
+            logprobs["token_logprobs"][position] = math.nan
+            logprobs["top_logprobs"][position][logprobs["tokens"][position]] = math.nan
+        return logprobs
+
     # ------------------------------------------------------------------------------------------------ responses
 
-    def _send(self, status: HTTPStatus, payload: bytes, content_type: str = "application/json") -> None:
+    def _send(
+        self, status: HTTPStatus, payload: bytes, content_type: str = "application/json", trickle: bool = False
+    ) -> None:
+        """Answer; with ``trickle``, the headers at once and then the body one byte every ``--trickle-seconds``."""
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
-            self.wfile.write(payload)
+            if not trickle:
+                self.wfile.write(payload)
+                return
+            for position in range(len(payload)):
+                self.wfile.write(payload[position : position + 1])
+                time.sleep(self.server.faults.trickle_seconds)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (for example after its timeout)
 
-    def _send_json(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
-        self._send(status, json.dumps(payload).encode())
+    def _send_json(self, status: HTTPStatus, payload: dict[str, Any], trickle: bool = False) -> None:
+        self._send(status, json.dumps(payload).encode(), trickle=trickle)
 
     def _send_error(self, status: HTTPStatus, message: str) -> None:
         error = {"message": message, "type": status.phrase.replace(" ", ""), "param": None, "code": int(status)}
@@ -416,7 +500,7 @@ class Handler(BaseHTTPRequestHandler):
 # ----------------------------------------------------------------------------------------------------------- main
 
 
-def load_engine(model_dir: str | None, name: str | None) -> TinyEngine:
+def load_engine(model_dir: str | None, name: str | None, max_model_len: int | None = None) -> TinyEngine:
     """Load ``model_dir`` with ``from_pretrained``, or build the tiny model in-process when it is None."""
     if model_dir is None:
         from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
@@ -426,7 +510,7 @@ def load_engine(model_dir: str | None, name: str | None) -> TinyEngine:
     else:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir)
-    return TinyEngine(model, tokenizer, name or model_dir or DEFAULT_MODEL_NAME)
+    return TinyEngine(model, tokenizer, name or model_dir or DEFAULT_MODEL_NAME, max_model_len)
 
 
 def _rate(value: str) -> float:
@@ -442,6 +526,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--model", help="model directory (from_pretrained); default: build the tiny model in-process")
     parser.add_argument("--served-model-name", help="model id in /v1/models (default: --model, or 'tiny-qwen2')")
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        help="context length (prompt plus max_tokens); a longer request is answered 400,\nas vLLM does (default: "
+        "the model's max_position_embeddings)",
+    )
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1; 0 picks a free one (default: 0)")
     parser.add_argument("--seed", type=int, default=0, help="seeds sampling and fault injection (default: 0)")
     parser.add_argument(
@@ -472,6 +562,30 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="fraction of choices with one token id replaced by an id >= the vocabulary\nsize (default: 0)",
     )
+    parser.add_argument(
+        "--trickle-rate",
+        type=_rate,
+        default=0.0,
+        help="fraction of requests whose answer is sent one byte every --trickle-seconds\n(default: 0)",
+    )
+    parser.add_argument(
+        "--trickle-seconds",
+        type=float,
+        default=0.0,
+        help="pause between the bytes of a trickled answer (default: 0)",
+    )
+    parser.add_argument(
+        "--null-logprobs-rate",
+        type=_rate,
+        default=0.0,
+        help='fraction of choices answered with "logprobs": null although logprobs were\nasked for (default: 0)',
+    )
+    parser.add_argument(
+        "--nan-logprobs-rate",
+        type=_rate,
+        default=0.0,
+        help="fraction of choices in which one sampled token's logprob is NaN (default: 0)",
+    )
     parser.add_argument("--num-threads", type=int, default=1, help="torch CPU threads (default: 1)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     return parser
@@ -481,8 +595,19 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     torch.set_num_threads(args.num_threads)
     torch.manual_seed(args.seed)
-    engine = load_engine(args.model, args.served_model_name)
-    faults = Faults(args.failure_rate, args.short_rate, args.delay_rate, args.delay_seconds, args.oov_rate, args.seed)
+    engine = load_engine(args.model, args.served_model_name, args.max_model_len)
+    faults = Faults(
+        failure_rate=args.failure_rate,
+        short_rate=args.short_rate,
+        delay_rate=args.delay_rate,
+        delay_seconds=args.delay_seconds,
+        oov_rate=args.oov_rate,
+        null_logprobs_rate=args.null_logprobs_rate,
+        nan_logprobs_rate=args.nan_logprobs_rate,
+        trickle_rate=args.trickle_rate,
+        trickle_seconds=args.trickle_seconds,
+        seed=args.seed,
+    )
     server = FaultyServer(("127.0.0.1", args.port), engine, faults, args.verbose)
 
     def stop(signum: int, frame: Any) -> None:

@@ -20,6 +20,8 @@ BASE = {"output_dir": "unused", "use_cpu": True, "report_to": "none", "per_devic
         ("generation_max_retries", -1, "generation_max_retries=-1 is invalid: expected None or an integer >= 0"),
         ("generation_max_consecutive_empty_batches", 0, "an integer >= 1"),
         ("vllm_request_timeout", 0, "vllm_request_timeout=0 is invalid"),
+        ("generation_step_timeout", 0.0, "generation_step_timeout=0.0 is invalid: expected None or a finite number"),
+        ("generation_step_timeout", float("inf"), "generation_step_timeout=inf is invalid"),
         ("vllm_request_attempts", 0, "vllm_request_attempts=0 is invalid"),
         ("maxent_objective", "ppo", "one of ('grpo', 'listwise')"),
         ("maxent_tau", -0.5, "maxent_tau=-0.5 is invalid: expected a finite number >= 0"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -114,3 +115,65 @@ def test_the_retry_budget_is_the_group_size_whatever_part_of_a_group_a_process_h
     assert batch.runs == [range(0, 1), range(1, 3)]
     assert backend.calls == [[1, 2]] + [[1, 2]] * 4  # the first call, then num_generations rounds
     assert batch.stats["retry_rounds"] == 4 and batch.complete == [False, False]
+
+
+def test_a_spent_time_budget_on_one_process_stops_the_retry_rounds_of_every_process():
+    collective = ThreadCollective(2)
+    backends = [FlakyBackend([1] * 10), FlakyBackend([1] * 10)]  # every group always comes back one short
+    now = time.monotonic()
+    deadlines = [now - 1.0, now + 3600.0]  # process 0 is out of time, process 1 is not
+    results: list = [None, None]
+
+    def run(rank: int) -> None:
+        results[rank] = collect_completion_groups(
+            backends[rank],
+            ["a"],
+            [4],
+            retry_limit=4,
+            check=ok,
+            any_process=collective.any_process,
+            deadline=deadlines[rank],
+        )
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert all(r is not None for r in results)
+    for backend, result in zip(backends, results, strict=True):
+        assert backend.calls == [[4]]  # the first call only, on both processes
+        assert result.stats["retry_rounds"] == 0 and result.complete == [False]
+        assert "the generation step's time budget was spent" in result.reasons
+
+
+def test_a_step_hands_its_deadline_to_the_backend_only_while_calling_it():
+    class DeadlineBackend(FlakyBackend):
+        def __init__(self) -> None:
+            super().__init__([])
+            self.deadline: float | None = None
+            self.seen: list[float | None] = []
+
+        def set_deadline(self, deadline: float | None) -> None:
+            self.deadline = deadline
+
+        def generate(self, prompts: Sequence[str], counts: Sequence[int]) -> list[list[Completion]]:
+            self.seen.append(self.deadline)
+            return super().generate(prompts, counts)
+
+    backend = DeadlineBackend()
+    before = time.monotonic()
+    step = GenerationStep(
+        backend,
+        check=ok,
+        collectives=Collectives(process_index=0, device=torch.device("cpu"), gather=lambda tensor: tensor),
+        group_size=2,
+        max_retry_rounds=None,
+        placeholder_prompt_id=0,
+        placeholder_completion_id=1,
+        step_timeout=60.0,
+    )
+    batch = step.collect(["a", "a"])
+    assert batch.complete == [True]
+    assert len(backend.seen) == 1 and before + 60.0 <= backend.seen[0] <= time.monotonic() + 60.0
+    assert backend.deadline is None  # cleared after the step's calls

@@ -7,14 +7,16 @@ that expect the same count (a process holds at most three: the tail of a group t
 whole groups, and the head of a group that continues on the next one).
 
 Rounds are collective (invariant I7): each retry round makes exactly one backend call, covering every bucket, and
-whether a round happens at all is decided by ``any_process`` (True when any process still has a short group). A
-process with nothing left to ask still makes the call, with empty lists, so that a backend whose generation is a
-collective (HF ``generate`` under ZeRO-3 / FSDP) runs the same number of times on every process.
+whether a round happens at all is decided through ``any_process``: only when some process still has a short group
+and, with a time budget, no process has spent it. A process with nothing left to ask still makes the call, with empty
+lists, so that a backend whose generation is a collective (HF ``generate`` under ZeRO-3 / FSDP) runs the same number
+of times on every process.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,14 +162,17 @@ def collect_completion_groups(
     retry_limit: int,
     check: CompletionCheck,
     any_process: AnyProcess = single_process,
+    deadline: float | None = None,
 ) -> CollectedGroups:
     """Ask ``backend`` for ``counts[i]`` completions of each ``prompts[i]`` and return complete groups where possible.
 
     Guarantees: ``groups[i]`` only ever holds completions the backend produced for ``prompts[i]`` (never another
     prompt's); no group is longer than ``counts[i]``; a completion rejected by ``check`` counts as missing; a prompt
     still short after the retries is marked incomplete (its partial group is kept for inspection, not for training).
-    At most ``retry_limit`` retry rounds follow the first call (0 disables retries); every process must pass the same
-    ``retry_limit`` and ``any_process`` collective, and then makes the same number of backend calls.
+    At most ``retry_limit`` retry rounds follow the first call (0 disables retries), and none starts once any process
+    is past its ``deadline`` (a `time.monotonic` instant; None: no time limit). Every process must pass the same
+    ``retry_limit``, ``any_process`` collective and kind of ``deadline`` (all None or none), and then makes the same
+    number of backend calls.
     """
     if len(prompts) != len(counts):
         raise ValueError(f"Got {len(prompts)} prompts but {len(counts)} counts.")
@@ -188,6 +193,15 @@ def collect_completion_groups(
     for _ in range(retry_limit):
         pending = [bucket.indices[position] for bucket in buckets for position in bucket.pending()]
         if not any_process(bool(pending)):
+            break
+        if deadline is not None and any_process(time.monotonic() >= deadline):
+            if pending:
+                result.reasons.append("the generation step's time budget was spent")
+                logger.warning(
+                    "The generation step's time budget is spent: no further retry round; %d prompts still short here "
+                    "are dropped.",
+                    len(pending),
+                )
             break
         retried.update(pending)
         result.stats["retry_rounds"] += 1

@@ -49,10 +49,12 @@ class LocalBatch:
         retry_limit: int,
         check: CompletionCheck,
         any_process: AnyProcess,
+        deadline: float | None,
     ) -> None:
         """(Re)collect the groups of the given runs, replacing what they held.
 
-        Collective: every process calls it at the same point, with its own (possibly empty) ``run_indices``.
+        Collective: every process calls it at the same point, with its own (possibly empty) ``run_indices``. No retry
+        round starts once any process is past its ``deadline`` (a `time.monotonic` instant, or None).
         """
         collected = collect_completion_groups(
             backend,
@@ -61,6 +63,7 @@ class LocalBatch:
             retry_limit=retry_limit,
             check=check,
             any_process=any_process,
+            deadline=deadline,
         )
         for position, index in enumerate(run_indices):
             self.groups[index] = collected.groups[position]

@@ -6,13 +6,16 @@ hooks (`_generate`, reward scoring) around it.
 
 Symmetry (invariant I7): every process makes the same sequence of backend calls and collectives whatever failed
 where. The first call and each retry round are one backend call on every process (see `collect`); whether a retry
-round happens is decided collectively; groups are kept or dropped from one gathered table; dynamic-sampling rounds
-re-collect on every process, a process without a replaced group taking part with an empty request.
+round happens is decided collectively, the step's time budget included (no retry round starts once any process has
+spent it); groups are kept or dropped from one gathered table; dynamic-sampling rounds re-collect on every process, a
+process without a replaced group taking part with an empty request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +93,10 @@ class GenerationStep:
         group_size: G, completions per prompt.
         max_retry_rounds: retry rounds after the first call; 0 disables retries, None means G rounds.
         placeholder_prompt_id / placeholder_completion_id: token ids of the rows of dropped groups.
+        step_timeout: seconds the step's backend calls may take, counted from the step's creation; None: no limit.
+            Once spent, no retry round starts (on any process) and what is still missing is dropped; a backend with
+            ``set_deadline(deadline)`` (the vLLM server backend) also cuts its requests off at the deadline. A call
+            that cannot be interrupted (local generation) runs to its end.
     """
 
     def __init__(
@@ -102,6 +109,7 @@ class GenerationStep:
         max_retry_rounds: int | None,
         placeholder_prompt_id: int,
         placeholder_completion_id: int,
+        step_timeout: float | None = None,
     ) -> None:
         self.backend = backend
         self.check = check
@@ -110,6 +118,7 @@ class GenerationStep:
         self.retry_limit = 0 if max_retry_rounds == 0 else determine_retry_limit(group_size, max_retry_rounds)
         self.placeholder_prompt_id = placeholder_prompt_id
         self.placeholder_completion_id = placeholder_completion_id
+        self.deadline = None if step_timeout is None else time.monotonic() + step_timeout
 
     def collect(self, prompts: list[Any]) -> LocalBatch:
         """First call plus retries for this process's rows (TRL's layout: G consecutive rows per prompt)."""
@@ -120,13 +129,28 @@ class GenerationStep:
 
     def recollect(self, batch: LocalBatch, run_indices: Sequence[int]) -> None:
         """Collect the given runs again (collective: a process with no run to collect still takes part)."""
-        batch.collect(
-            self.backend,
-            list(run_indices),
-            retry_limit=self.retry_limit,
-            check=self.check,
-            any_process=self.collectives.any,
-        )
+        with self._backend_deadline():
+            batch.collect(
+                self.backend,
+                list(run_indices),
+                retry_limit=self.retry_limit,
+                check=self.check,
+                any_process=self.collectives.any,
+                deadline=self.deadline,
+            )
+
+    @contextmanager
+    def _backend_deadline(self) -> Iterator[None]:
+        """Tell a backend that can bound its requests (``set_deadline``) the step's deadline while it is called."""
+        set_deadline = getattr(self.backend, "set_deadline", None)
+        if set_deadline is None or self.deadline is None:
+            yield
+            return
+        set_deadline(self.deadline)
+        try:
+            yield
+        finally:
+            set_deadline(None)
 
     def agree(self, batch: LocalBatch) -> GroupAgreement:
         """Decide, identically on every process, which groups are complete everywhere (one gather)."""

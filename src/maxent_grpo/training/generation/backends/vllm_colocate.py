@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from types import SimpleNamespace
 from typing import Any, Protocol
@@ -14,6 +16,8 @@ from maxent_grpo.training.generation.backends.prompt_encoding import encode_prom
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.backends.sampling import SamplingSettings
 
+logger = logging.getLogger(__name__)
+
 
 class LLMEngine(Protocol):
     """The part of `vllm.LLM` this backend uses: token-id prompts in, `RequestOutput`s out."""
@@ -21,24 +25,39 @@ class LLMEngine(Protocol):
     def generate(self, prompts: list[dict[str, Any]], sampling_params: Any, use_tqdm: bool = ...) -> list[Any]: ...
 
 
-def _to_engine_params(settings: SamplingSettings, n: int, extra: dict[str, Any]) -> Any:
-    """Real `vllm.SamplingParams` when vLLM is importable, else a namespace with the same fields (for test engines)."""
+def _to_engine_params(
+    settings: SamplingSettings, n: int, extra: dict[str, Any], structured_outputs_regex: str | None
+) -> Any:
+    """Real `vllm.SamplingParams` when vLLM is importable, else a namespace with the same fields (for test engines).
+
+    As in TRL's `VLLMGeneration`, ``structured_outputs_regex`` becomes ``structured_outputs`` (taking precedence over
+    one in ``extra``), and a ``structured_outputs`` dict becomes vLLM's `StructuredOutputsParams`.
+    """
     fields = {"n": n, "logprobs": 0, **settings.as_dict(), **extra}
+    if structured_outputs_regex is not None:
+        fields["structured_outputs"] = {"regex": structured_outputs_regex}
     if importlib.util.find_spec("vllm") is None:
         return SimpleNamespace(**fields)
     from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
 
+    if isinstance(fields.get("structured_outputs"), dict):
+        fields["structured_outputs"] = StructuredOutputsParams(**fields["structured_outputs"])
     return SamplingParams(**fields)
 
 
-def _sampled_logprobs(token_ids: Sequence[int], position_logprobs: Sequence[dict[int, Any]] | None) -> list | None:
-    """Pick, at each position, the logprob of the token that was actually sampled."""
-    if position_logprobs is None:
-        return None
+def _sampled_logprobs(token_ids: Sequence[int], position_logprobs: Sequence[dict[int, Any]]) -> list[float]:
+    """Pick, at each position, the logprob of the token that was actually sampled (NaN where vLLM has none).
+
+    Raises ValueError when there is not one position per token.
+    """
+    if len(position_logprobs) != len(token_ids):
+        raise ValueError(f"{len(position_logprobs)} logprob positions for {len(token_ids)} tokens")
     values = []
     for token_id, entries in zip(token_ids, position_logprobs, strict=True):
         entry = entries.get(token_id)
-        values.append(float("nan") if entry is None else float(getattr(entry, "logprob", entry)))
+        value = None if entry is None else getattr(entry, "logprob", entry)
+        values.append(math.nan if value is None else float(value))
     return values
 
 
@@ -51,6 +70,14 @@ class VLLMColocateBackend:
     ``n = counts[i]``. Weights follow the training model through ``weight_sync`` (the trainer passes TRL's
     `VLLMGeneration.sync_weights`, which handles DeepSpeed, FSDP and PEFT) or, when absent, the engine's own
     ``load_weights(named_tensors)``.
+
+    The sampled tokens' logprobs are asked for (``logprobs=0``) unless `generation_kwargs` sets ``logprobs=None``. A
+    completion that comes back without them although they were asked for, or with one entry too few or too many, is
+    returned with ``failed=True`` (it counts as missing and is retried) and logged as ``bad data``; a single token
+    without a logprob gets NaN, which TRL leaves out of its importance-sampling correction.
+
+    ``structured_outputs_regex`` (TRL's ``vllm_structured_outputs_regex``) constrains every completion to match it,
+    passed to the engine as TRL does.
     """
 
     def __init__(
@@ -66,6 +93,7 @@ class VLLMColocateBackend:
         repetition_penalty: float = 1.0,
         generation_kwargs: dict[str, Any] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        structured_outputs_regex: str | None = None,
         weight_sync: Callable[[], None] | None = None,
     ) -> None:
         self.engine = engine
@@ -81,6 +109,13 @@ class VLLMColocateBackend:
             repetition_penalty=repetition_penalty,
         )
         self._extra = dict(generation_kwargs or {})
+        self.structured_outputs_regex = structured_outputs_regex
+        if structured_outputs_regex is not None and self._extra.get("structured_outputs") is not None:
+            logger.warning(
+                "Both structured_outputs_regex and generation_kwargs['structured_outputs'] are set; "
+                "structured_outputs_regex takes precedence."
+            )
+        self.wants_logprobs = self._extra.get("logprobs", 0) is not None
 
     def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
         groups: list[list[Completion]] = [[] for _ in prompts]
@@ -89,22 +124,31 @@ class VLLMColocateBackend:
             return groups
         prompt_ids = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.chat_template_kwargs)
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
-        params = [_to_engine_params(self._settings, counts[i], self._extra) for i in asked]
+        params = [
+            _to_engine_params(self._settings, counts[i], self._extra, self.structured_outputs_regex) for i in asked
+        ]
         outputs = self.engine.generate(requests, sampling_params=params, use_tqdm=False)
         for index, output in zip(asked, outputs, strict=True):
             used_prompt_ids = [int(t) for t in output.prompt_token_ids]
             for sample in output.outputs[: counts[index]]:
-                token_ids = [int(t) for t in sample.token_ids]
-                text = sample.text if sample.text is not None else self.tokenizer.decode(token_ids)
-                groups[index].append(
-                    Completion(
-                        text=text,
-                        prompt_ids=used_prompt_ids,
-                        completion_ids=token_ids,
-                        logprobs=_sampled_logprobs(token_ids, sample.logprobs),
-                    )
-                )
+                groups[index].append(self._completion(sample, used_prompt_ids))
         return groups
+
+    def _completion(self, sample: Any, prompt_ids: list[int]) -> Completion:
+        """One `CompletionOutput` as a `Completion`; marked failed when its logprobs are unusable."""
+        token_ids = [int(t) for t in sample.token_ids]
+        text = sample.text if sample.text is not None else self.tokenizer.decode(token_ids)
+        if sample.logprobs is None:
+            if self.wants_logprobs:
+                logger.warning("bad data: completion without logprobs although they were asked for, marked failed")
+                return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
+            return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids)
+        try:
+            logprobs = _sampled_logprobs(token_ids, sample.logprobs)
+        except ValueError as exc:
+            logger.warning("bad data: %s, completion marked failed", exc)
+            return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
+        return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, logprobs=logprobs)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Push the training weights into the engine."""

@@ -9,21 +9,34 @@ The server is the one ``vllm serve <model> --logprobs-mode processed_logprobs`` 
   server reports the exact prompt and completion ids it used and every logprob keyed as ``"token_id:<id>"``.
 
 Unlike TRL's client it sends one request per unique prompt (``n`` = that prompt's count) concurrently, bounds each
-request with a timeout, owns its retry policy and keeps partial results. Failures fall in three classes, logged under
-this module's logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
+request with a deadline (``request_timeout`` for the whole exchange, and the generation step's time budget when there
+is one), owns its retry policy and keeps partial results. Failures fall in four classes, logged under this module's
+logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
 
-- ``infrastructure failure``: connection refused or dropped, timeout, HTTP 5xx. Retried with jittered exponential
-  backoff up to ``max_attempts``; then that prompt's group comes back empty and the others are still returned.
+- ``infrastructure failure``: connection refused or dropped, timeout, HTTP 5xx, 408 (request timeout) or 429 (too many
+  requests). Retried with jittered exponential backoff up to ``max_attempts``; then that prompt's group comes back
+  empty and the others are still returned.
 - ``bad data``: the server answered, but with fewer choices than asked ("short group"), empty completions, token ids
-  outside the tokenizer's vocabulary or malformed logprobs. Not retried here: the trainer's retry loop asks again for
-  whatever is missing. Unusable completions are returned with ``failed=True``.
-- HTTP 4xx: a configuration error (wrong model name, invalid sampling parameter). Raised at once as
-  `VLLMServerRequestError`, never retried.
+  outside the tokenizer's vocabulary, malformed logprobs, or no logprobs although they were asked for. Unusable
+  completions are returned with ``failed=True``. A single token whose logprob is null or NaN is not bad data: it keeps
+  NaN, which TRL leaves out of its importance-sampling correction. Any other HTTP 4xx answer to a completion request
+  is bad data for that request's prompt (vLLM answers 400 to a prompt longer than its ``--max-model-len``): that
+  prompt's group comes back empty, logged and counted once, and the other prompts' groups are still returned. Bad data
+  is not retried here: the trainer's retry loop asks again for whatever is missing.
+- ``configuration error``: a 4xx that no prompt can cause, so every request would get it: 401, 403 or 404 on
+  ``POST /v1/completions`` (credentials, or a model name the server does not serve) and any 4xx on
+  ``GET /v1/models`` (asked at start-up). Raised at once as `VLLMServerRequestError`, never retried. A configuration
+  error that the server reports as 400 (an invalid sampling parameter in ``generation_kwargs``, for example) cannot be
+  told apart from a rejected prompt: every group then comes back empty with the server's message logged, and the
+  trainer stops after ``generation_max_consecutive_empty_batches`` empty batches.
+- ``out of time``: the generation step's time budget (see `VLLMServerBackend.set_deadline`) was spent: requests in
+  flight are cut off, no new try starts, and their prompts' groups come back empty.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -35,8 +48,8 @@ import requests
 import torch
 from requests.adapters import HTTPAdapter
 from transformers import PreTrainedTokenizerBase
-from trl.generation.vllm_client import parse_logprobs
 
+from maxent_grpo.training.generation.backends.http_deadline import TRANSIENT_ERRORS, Answer, exchange
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.backends.sampling import SamplingSettings, check_int, check_number
@@ -47,20 +60,22 @@ logger = logging.getLogger(__name__)
 # answer or its token-level payload.
 _RESERVED_REQUEST_FIELDS = frozenset({"prompt", "n", "return_token_ids", "return_tokens_as_token_ids", "stream"})
 
-# Exceptions `requests` raises when the server could not be reached or the exchange broke off: worth retrying.
-_TRANSIENT_ERRORS = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
+_COMPLETIONS_PATH = "/v1/completions"
+# HTTP statuses worth retrying besides 5xx; and the 4xx of a completion request that no prompt can cause.
+_TRANSIENT_STATUSES = frozenset({408, 429})
+_CONFIGURATION_STATUSES = frozenset({401, 403, 404})
 
 _HEALTH_POLL_SECONDS = 1.0
-_STAT_KEYS = ("requests", "retries", "infrastructure_failures", "bad_data")
+_STAT_KEYS = ("requests", "retries", "infrastructure_failures", "bad_data", "out_of_time")
 
 
 class VLLMServerRequestError(RuntimeError):
-    """The server rejected a request with HTTP 4xx: a configuration error that retrying cannot fix."""
+    """The server rejected a request with an HTTP 4xx that concerns the configuration (see the module docstring)."""
 
     def __init__(self, method: str, url: str, status_code: int, detail: str) -> None:
         super().__init__(
             f"vLLM server rejected {method} {url} with HTTP {status_code}: {detail}. This is a configuration error "
-            "(for example a wrong model name or an invalid sampling parameter) and is not retried."
+            "(for example a wrong model name or missing credentials) and is not retried."
         )
         self.status_code = status_code
 
@@ -82,30 +97,43 @@ def _is_token_id_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
 
 
-def _sampled_logprobs(choice_logprobs: Any, token_ids: list[int]) -> list[float] | None:
+def _logprob_value(value: Any, position: int) -> float:
+    """One position's logprob as a float: null and NaN become NaN; anything but a number is malformed."""
+    if value is None:
+        return math.nan
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ValueError(f"logprob {value!r} at position {position} is not a number")
+    return float(value)
+
+
+def _sampled_logprobs(choice_logprobs: Any, token_ids: list[int]) -> list[float]:
     """Return the logprob of each sampled token from a completions-format ``logprobs`` object.
 
-    TRL's `parse_logprobs` sorts each position's entries by descending probability, so the first entry is the most
-    likely token, which is the sampled one only when ``logprobs=0``. The entry whose id equals the sampled id is kept
-    instead. Raises ValueError when the payload is malformed or a sampled token's logprob is missing.
+    The object is ``{"tokens": [...], "token_logprobs": [...], "top_logprobs": [...]}`` with every token written
+    ``"token_id:<id>"``. As in TRL's `parse_logprobs`, a position's entries are the sampled token's plus its
+    alternatives; the entry whose id equals the sampled id is kept. A null or NaN value for that entry (vLLM could not
+    score the token) becomes NaN, which TRL leaves out of its importance-sampling correction. Raises ValueError when
+    the object is malformed or a sampled token has no entry at all.
     """
-    try:
-        values, ids = parse_logprobs([choice_logprobs])
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ValueError(f"malformed logprobs ({_describe(exc)})") from exc
-    if values is None or ids is None:
-        raise ValueError("logprobs missing")
-    if len(values[0]) != len(token_ids):
-        raise ValueError(f"{len(values[0])} logprobs for {len(token_ids)} tokens")
+    if not isinstance(choice_logprobs, dict):
+        raise ValueError(f"malformed logprobs of type {type(choice_logprobs).__name__}")
+    tokens, values = choice_logprobs.get("tokens"), choice_logprobs.get("token_logprobs")
+    alternatives = choice_logprobs.get("top_logprobs") or [None] * len(token_ids)
+    if not (isinstance(tokens, list) and isinstance(values, list) and isinstance(alternatives, list)):
+        raise ValueError("malformed logprobs (tokens, token_logprobs and top_logprobs must be lists)")
+    if not len(tokens) == len(values) == len(alternatives) == len(token_ids):
+        raise ValueError(f"{len(values)} logprobs for {len(token_ids)} tokens")
     sampled = []
-    for position, (token_id, position_ids, position_values) in enumerate(
-        zip(token_ids, ids[0], values[0], strict=True)
+    for position, (token_id, token, value, others) in enumerate(
+        zip(token_ids, tokens, values, alternatives, strict=True)
     ):
-        lookup = dict(zip(position_ids, position_values, strict=True))
-        value = lookup.get(token_id)
-        if value is None:
+        if others is not None and not isinstance(others, dict):
+            raise ValueError(f"malformed top_logprobs at position {position}")
+        entries = {token: value, **(others or {})}
+        key = f"token_id:{token_id}"
+        if key not in entries:
             raise ValueError(f"no logprob for sampled token {token_id} at position {position}")
-        sampled.append(float(value))
+        sampled.append(_logprob_value(entries[key], position))
     return sampled
 
 
@@ -126,9 +154,12 @@ class VLLMServerBackend:
             ``model`` to address a LoRA adapter by name, ...). The fields that shape the answer (``prompt``, ``n``,
             ``return_token_ids``, ``return_tokens_as_token_ids``, ``stream``) are refused.
         chat_template_kwargs: passed to the chat template for conversational prompts.
-        request_timeout: seconds allowed for connecting and for each wait on the server's answer, per request.
-            TRL's client sets no timeout, so a stalled server hangs training forever; here the request fails as an
-            infrastructure failure and is retried.
+        structured_outputs_regex: a regular expression every completion must match (TRL's
+            ``vllm_structured_outputs_regex``), sent as ``structured_outputs: {"regex": ...}`` the way TRL's
+            `VLLMClient` sends it; a ``structured_outputs`` field in ``generation_kwargs`` overrides it, as there.
+        request_timeout: seconds one request may take, from connecting to the last byte of the answer (a server
+            that trickles its answer is cut off too). TRL's client sets no timeout, so a stalled server hangs training
+            forever; here the request fails as an infrastructure failure and is retried.
         max_attempts: tries per request for infrastructure failures (connection errors, timeouts, HTTP 5xx).
         backoff_seconds: base of the exponential backoff between tries: ``backoff_seconds * 2**k``, jittered to
             between half and all of it.
@@ -138,9 +169,15 @@ class VLLMServerBackend:
             ``VLLMGeneration.sync_weights`` when vLLM is installed). Without it the server keeps its own weights and
             generation is off-policy; a warning says so once.
 
+    With a time budget for the generation step (`set_deadline`, which the trainer calls when
+    ``generation_step_timeout`` is set), each try also ends by the step's deadline, backoff never sleeps past it, and
+    once it has passed nothing more is sent: what is still missing comes back empty, logged as ``out of time``.
+
     ``stats`` counts ``requests`` (HTTP completion requests sent, every try included), ``retries`` (tries that failed
     and were tried again), ``infrastructure_failures`` (requests abandoned after ``max_attempts``: their prompts came
-    back empty) and ``bad_data`` (answers or completions that were short, out of vocabulary, empty or malformed).
+    back empty), ``bad_data`` (answers or completions that were short, out of vocabulary, empty or malformed, and
+    prompts the server rejected) and ``out_of_time`` (requests given up, or not sent, because the step's time budget
+    was spent).
     """
 
     def __init__(
@@ -156,6 +193,7 @@ class VLLMServerBackend:
         repetition_penalty: float = 1.0,
         generation_kwargs: dict[str, Any] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        structured_outputs_regex: str | None = None,
         request_timeout: float = 120.0,
         max_attempts: int = 3,
         backoff_seconds: float = 1.0,
@@ -167,6 +205,8 @@ class VLLMServerBackend:
             raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
         if tokenizer is None:
             raise ValueError("tokenizer must be the training tokenizer, got None")
+        if structured_outputs_regex is not None and not isinstance(structured_outputs_regex, str):
+            raise ValueError(f"structured_outputs_regex must be a string or None, got {structured_outputs_regex!r}")
         if weight_sync is not None and not callable(weight_sync):
             raise ValueError(f"weight_sync must be a callable taking no arguments or None, got {weight_sync!r}")
         self.base_url = base_url.rstrip("/")
@@ -187,6 +227,11 @@ class VLLMServerBackend:
                 f"generation_kwargs must not set {reserved}: the backend sets them itself, got {generation_kwargs!r}"
             )
         self.chat_template_kwargs = _check_kwargs("chat_template_kwargs", chat_template_kwargs)
+        self.structured_outputs = (
+            {} if structured_outputs_regex is None else {"structured_outputs": {"regex": structured_outputs_regex}}
+        )
+        # Logprobs are asked for (``logprobs: 0``, the sampled token's) unless `generation_kwargs` turns them off.
+        self.wants_logprobs = self.generation_kwargs.get("logprobs", 0) is not None
         self.request_timeout = check_number("request_timeout", request_timeout, low=0.0, low_open=True)
         self.max_attempts = check_int("max_attempts", max_attempts, low=1)
         self.backoff_seconds = check_number("backoff_seconds", backoff_seconds, low=0.0)
@@ -200,6 +245,7 @@ class VLLMServerBackend:
         self._model: str | None = None
         self._warned_off_policy = False
         self._jitter = random.Random()
+        self._step_deadline: float | None = None
         self._session = self._make_session()
 
     # ----------------------------------------------------------------------------------------------------- public
@@ -214,6 +260,9 @@ class VLLMServerBackend:
         asked = [i for i, count in enumerate(counts) if count > 0]
         if not asked:
             return groups
+        if self._time_left() <= 0:
+            self._out_of_time(f"{len(asked)} prompt(s) not sent", len(asked))
+            return groups
         prompt_ids = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.chat_template_kwargs)
         model = self._ensure_model()
         if model is None:
@@ -226,6 +275,11 @@ class VLLMServerBackend:
             for i, future in zip(asked, futures, strict=True):
                 groups[i] = self._result_or_cancel(future, futures)
         return groups
+
+    def set_deadline(self, deadline: float | None) -> None:
+        """Bound every request that follows by ``deadline``, a `time.monotonic` instant (None: no bound but
+        ``request_timeout``). The trainer sets it for the calls of a generation step with a time budget."""
+        self._step_deadline = deadline
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Push the training weights into the server through ``weight_sync``.
@@ -262,36 +316,57 @@ class VLLMServerBackend:
         with self._stats_lock:
             self.stats[key] += amount
 
+    def _time_left(self) -> float:
+        """Seconds left of the current generation step's budget (infinite without one)."""
+        return math.inf if self._step_deadline is None else self._step_deadline - time.monotonic()
+
     def _backoff(self, attempt: int) -> None:
-        delay = self.backoff_seconds * 2 ** (attempt - 1)
-        time.sleep(delay * self._jitter.uniform(0.5, 1.0))
+        delay = self.backoff_seconds * 2 ** (attempt - 1) * self._jitter.uniform(0.5, 1.0)
+        time.sleep(max(min(delay, self._time_left()), 0.0))
 
-    def _send(self, method: str, path: str, payload: dict[str, Any] | None = None) -> requests.Response | None:
-        """Send one request with retries; return the 2xx/3xx response, or None after ``max_attempts`` failures.
+    def _out_of_time(self, what: str, amount: int = 1) -> None:
+        self._count("out_of_time", amount)
+        logger.warning("out of time: %s: the generation step's time budget is spent", what)
 
-        Raises `VLLMServerRequestError` on HTTP 4xx.
+    def _send(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Answer | None:
+        """Send one request with retries; return the answer, or None after ``max_attempts`` failures or out of time.
+
+        The answer is a 2xx/3xx one, or the 4xx with which the server rejected a completion request's prompt. Each try
+        ends by ``request_timeout`` or the step's deadline, whichever comes first. Raises `VLLMServerRequestError` on a
+        4xx that concerns the configuration (see the module docstring).
         """
         url = f"{self.base_url}{path}"
-        cause = ""
+        cause = "not sent"
         for attempt in range(1, self.max_attempts + 1):
+            time_left = self._time_left()
+            if attempt > 1 and time_left > 0:
+                self._count("retries")
+                logger.info(
+                    "%s %s failed (attempt %d of %d), retrying: %s", method, url, attempt - 1, self.max_attempts, cause
+                )
+                self._backoff(attempt - 1)
+                time_left = self._time_left()
+            if time_left <= 0:
+                break
             if payload is not None:  # a completion request (GET /v1/models is not counted)
                 self._count("requests")
             try:
-                response = self._session.request(method, url, json=payload, timeout=self.request_timeout)
-            except _TRANSIENT_ERRORS as exc:
-                cause = _describe(exc)
-            else:
-                if response.status_code < 400:
-                    return response
-                if response.status_code < 500:
-                    raise VLLMServerRequestError(method, url, response.status_code, response.text[:500])
-                cause = f"HTTP {response.status_code}: {response.text[:200]}"
-            if attempt < self.max_attempts:
-                self._count("retries")
-                logger.info(
-                    "%s %s failed (attempt %d of %d), retrying: %s", method, url, attempt, self.max_attempts, cause
+                answer = exchange(
+                    self._session, method, url, payload, time.monotonic() + min(self.request_timeout, time_left)
                 )
-                self._backoff(attempt)
+            except TRANSIENT_ERRORS as exc:
+                cause = _describe(exc)
+                continue
+            if answer.status < 400:
+                return answer
+            if answer.status < 500 and answer.status not in _TRANSIENT_STATUSES:
+                if path == _COMPLETIONS_PATH and answer.status not in _CONFIGURATION_STATUSES:
+                    return answer
+                raise VLLMServerRequestError(method, url, answer.status, answer.text(500))
+            cause = f"HTTP {answer.status}: {answer.text(200)}"
+        if self._time_left() <= 0:
+            self._out_of_time(f"{method} {url} given up ({cause})")
+            return None
         self._count("infrastructure_failures")
         logger.warning(
             "infrastructure failure: %s %s failed after %d attempt(s): %s", method, url, self.max_attempts, cause
@@ -299,14 +374,14 @@ class VLLMServerBackend:
         return None
 
     def _wait_for_health(self) -> bool:
-        """Poll ``GET /health`` until it answers 200 or ``connection_timeout`` has passed."""
+        """Poll ``GET /health`` until it answers 200 or ``connection_timeout`` (or the step's budget) has passed."""
         url = f"{self.base_url}/health"
-        deadline = time.monotonic() + self.connection_timeout
+        deadline = time.monotonic() + min(self.connection_timeout, self._time_left())
         while True:
             poll_timeout = min(self.request_timeout, max(deadline - time.monotonic(), _HEALTH_POLL_SECONDS))
             try:
                 response = self._session.get(url, timeout=poll_timeout)
-            except _TRANSIENT_ERRORS as exc:
+            except TRANSIENT_ERRORS as exc:
                 cause = _describe(exc)
             else:
                 if response.status_code == 200:
@@ -331,11 +406,11 @@ class VLLMServerBackend:
             if self._model is not None:
                 return self._model
             self._wait_for_health()
-            response = self._send("GET", "/v1/models")
-            if response is None:
+            answer = self._send("GET", "/v1/models")
+            if answer is None:
                 return None
             try:
-                self._model = str(response.json()["data"][0]["id"])
+                self._model = str(answer.json()["data"][0]["id"])
             except (ValueError, KeyError, IndexError, TypeError) as exc:
                 self._count("bad_data")
                 logger.warning("bad data: GET %s/v1/models answered without a model id (%s)", self.base_url, exc)
@@ -364,16 +439,22 @@ class VLLMServerBackend:
             "n": count,
             **self.sampling,
             "logprobs": 0,
+            **self.structured_outputs,
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
             **self.generation_kwargs,
         }
-        response = self._send("POST", "/v1/completions", payload)
-        if response is None:
+        answer = self._send("POST", _COMPLETIONS_PATH, payload)
+        if answer is None:
             return []
-        where = f"POST {self.base_url}/v1/completions"
+        where = f"POST {self.base_url}{_COMPLETIONS_PATH}"
+        if answer.status >= 400:
+            return self._bad_group(
+                f"{where} rejected the prompt with HTTP {answer.status}: {answer.text(500)}; its group is left empty "
+                "(not retried)"
+            )
         try:
-            choices = response.json()["choices"]
+            choices = answer.json()["choices"]
         except (ValueError, KeyError, TypeError) as exc:
             return self._bad_group(f"{where} answered without a choices list ({_describe(exc)})")
         if not isinstance(choices, list):
@@ -411,12 +492,19 @@ class VLLMServerBackend:
         if problem is not None:
             self._bad_data(f"{where}: {problem}, completion marked failed")
             return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
-        logprobs = None
-        if choice.get("logprobs") is not None:
-            try:
-                logprobs = _sampled_logprobs(choice["logprobs"], token_ids)
-            except ValueError as exc:
-                self._bad_data(f"{where}: {exc}, completion kept without logprobs")
+        if choice.get("logprobs") is None:
+            if self.wants_logprobs:
+                self._bad_data(f"{where}: no logprobs although they were asked for, completion marked failed")
+                return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
+            return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids)
+        try:
+            logprobs = _sampled_logprobs(choice["logprobs"], token_ids)
+        except ValueError as exc:
+            self._bad_data(f"{where}: {exc}, completion marked failed")
+            return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
+        unscored = sum(math.isnan(value) for value in logprobs)
+        if unscored:
+            logger.info("%s: %d of %d token logprobs are NaN, kept as NaN", where, unscored, len(logprobs))
         return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, logprobs=logprobs)
 
     def _token_problem(self, token_ids: list[int]) -> str | None:
