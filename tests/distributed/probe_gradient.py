@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import json
 import sys
 from pathlib import Path
@@ -78,6 +79,11 @@ def main() -> None:
         out["relative_error"] = ((actual - expected).norm() / expected.norm()).item()
         out["norm_ratio"] = (actual.norm() / expected.norm()).item()
     (output_dir / f"rank{rank}.json").write_text(json.dumps(out))
+    # Destroy the process group, then collect the trainer (its DDP-wrapped model keeps gloo's worker threads alive)
+    # so those threads are joined before interpreter shutdown, where joining them can abort the process.
+    trainer.accelerator.end_training()
+    del trainer
+    gc.collect()
 
 
 if __name__ == "__main__":
