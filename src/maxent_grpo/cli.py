@@ -9,12 +9,13 @@ its traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
 from trl import TrlParser
@@ -24,6 +25,9 @@ from maxent_grpo import script_args as inputs
 from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.script_args import TrainScriptArguments, UsageError
 from maxent_grpo.trainer import MaxEntGRPOTrainer
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
 
 PROG = "maxent-grpo"
 
@@ -163,8 +167,26 @@ def _train(argv: Sequence[str]) -> int:
     trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     trainer.save_model(config.output_dir)
     trainer.accelerator.print(f"Model saved to {config.output_dir}")
-    trainer.accelerator.end_training()
+    accelerator = trainer.accelerator
+    del trainer  # see `_end_training`
+    _end_training(accelerator)
     return 0
+
+
+def _end_training(accelerator: Accelerator) -> None:
+    """Destroy the process group (``accelerator.end_training``) once the DDP-wrapped model is gone.
+
+    Call it with no reference to the trainer left. gloo's worker threads live as long as the process group, and one
+    of them may still be freeing its last work, which takes the GIL. So the group must be destroyed neither at
+    interpreter shutdown (a worker asking for the GIL then is unwound through C++ code that may not throw: SIGABRT,
+    "terminate called without an active exception", after a successful run) nor by DDP's reducer dropping the last
+    reference (it joins the workers holding the GIL: a deadlock). Collected first, the reducer lets go of a group
+    still registered; `destroy_process_group` then drops the last reference with the GIL released, and the threads
+    are joined before shutdown.
+    """
+    accelerator.free_memory()  # the accelerator's references to the DDP-wrapped model, optimizer and data loaders
+    gc.collect()  # the trainer's reference cycles, and with them the wrapped model and its reducer
+    accelerator.end_training()
 
 
 # ----------------------------------------------------------------------------------------------------------- demo

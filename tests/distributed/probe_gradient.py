@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import gc
 import json
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 from trl import GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOTrainer
+from maxent_grpo.cli import _end_training
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
@@ -79,11 +79,10 @@ def main() -> None:
         out["relative_error"] = ((actual - expected).norm() / expected.norm()).item()
         out["norm_ratio"] = (actual.norm() / expected.norm()).item()
     (output_dir / f"rank{rank}.json").write_text(json.dumps(out))
-    # Destroy the process group, then collect the trainer (its DDP-wrapped model keeps gloo's worker threads alive)
-    # so those threads are joined before interpreter shutdown, where joining them can abort the process.
-    trainer.accelerator.end_training()
+    # End as `maxent-grpo train` does: without it, the process can hang or abort after writing its results.
+    accelerator = trainer.accelerator
     del trainer
-    gc.collect()
+    _end_training(accelerator)
 
 
 if __name__ == "__main__":

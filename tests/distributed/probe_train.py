@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from maxent_grpo import MaxEntGRPOTrainer
+from maxent_grpo.cli import _end_training
 from tests.integration.test_alignment_probe import AlignmentReward
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
@@ -113,6 +114,10 @@ def main() -> None:
         "finite_params": all(torch.isfinite(p).all().item() for p in trainer.model.parameters()),
     }
     (output_dir / f"rank{rank}.json").write_text(json.dumps(out))
+    # End as `maxent-grpo train` does: without it, the process can hang or abort after writing its results.
+    accelerator = trainer.accelerator
+    del trainer
+    _end_training(accelerator)
 
 
 if __name__ == "__main__":

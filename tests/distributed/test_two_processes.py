@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.e2e.cli_runner import executable
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -16,9 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _launch(tmp_path: Path, mode: str, probe: str = "probe_train.py") -> list[dict]:
-    accelerate = shutil.which("accelerate")
-    assert accelerate is not None, "the accelerate CLI is a dependency of this package"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    accelerate = executable("accelerate")
+    # ROOT for `tests.*`, ahead of the inherited path, which keeps the processes on the code this test imports.
+    python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": python_path, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     command = [
         accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
         "no", "--dynamo_backend", "no", "--main_process_port", "0",

@@ -88,10 +88,12 @@ def check_completion(completion: Completion, tokenizer: PreTrainedTokenizerBase,
     assert completion.text == tokenizer.decode(completion.completion_ids, skip_special_tokens=True)
 
 
-def free_port() -> int:
+@pytest.fixture
+def refusing_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections: bound, never listening, and held so nothing else can take it."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        yield sock.getsockname()[1]
 
 
 # ------------------------------------------------------------------------------------------------------ no faults
@@ -382,8 +384,8 @@ def test_logprobs_switched_off_are_not_bad_data(servers, tokenizer):
     assert backend.stats["bad_data"] == 0
 
 
-def test_server_not_running_gives_empty_groups_quickly(tokenizer, backend_logs):
-    url = f"http://127.0.0.1:{free_port()}"
+def test_server_not_running_gives_empty_groups_quickly(tokenizer, backend_logs, refusing_port):
+    url = f"http://127.0.0.1:{refusing_port}"
     backend = make_backend(url, tokenizer, connection_timeout=0.0, max_attempts=3)
 
     start = time.monotonic()
