@@ -231,7 +231,7 @@ class GenerationStep:
         }
         kept = agreement.table[agreement.global_keep]
         if kept.numel() == 0:
-            return StepMetrics(values, kept_rows=0, kept_tokens=0)
+            return StepMetrics(values, kept_tokens=0)
         lengths = kept[:, 2].float()
         is_truncated = ~torch.isin(kept[:, 3], torch.tensor(list(stop_ids), device=kept.device))
         terminated = lengths[~is_truncated]
@@ -246,13 +246,12 @@ class GenerationStep:
             "completions/min_terminated_length": terminated.min().item(),
             "completions/max_terminated_length": terminated.max().item(),
         }
-        return StepMetrics(values, kept_rows=len(kept), kept_tokens=int(kept[:, 1].sum().item() + kept[:, 2].sum()))
+        return StepMetrics(values, kept_tokens=int(kept[:, 1].sum().item() + kept[:, 2].sum()))
 
 
 @dataclass(frozen=True)
 class StepMetrics:
-    """Metrics of one generation step: logged values, and the kept rows and tokens (all processes)."""
+    """Metrics of one generation step: logged values, and the kept tokens (all processes)."""
 
     values: dict[str, float]
-    kept_rows: int
     kept_tokens: int
