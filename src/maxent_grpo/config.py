@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 OBJECTIVES = ("grpo", "listwise")
+VLLM_DTYPES = ("training", "auto", "float32", "bfloat16", "float16")
 
 
 def _fail(name: str, value: Any, allowed: str) -> None:
@@ -62,6 +63,15 @@ class MaxEntGRPOConfig(GRPOConfig):
     vllm_request_attempts: int = field(
         default=3,
         metadata={"help": "Attempts per vLLM server request on connection errors, timeouts and HTTP 5xx."},
+    )
+    vllm_dtype: str = field(
+        default="training",
+        metadata={
+            "help": "Data type of the colocated vLLM engine (colocate mode only). 'training': the dtype the training "
+            "forward computes in (bfloat16 with bf16, float16 with fp16, else the parameters' dtype), so the engine "
+            "samples from the policy being trained (vLLM's own choice turns a float32 checkpoint into bfloat16); "
+            "'auto': vLLM's choice, as stock TRL leaves it; or 'float32', 'bfloat16', 'float16'."
+        },
     )
 
     # Dynamic sampling (DAPO)
@@ -178,6 +188,8 @@ class MaxEntGRPOConfig(GRPOConfig):
             _fail("vllm_request_timeout", self.vllm_request_timeout, "a number of seconds > 0")
         if self.vllm_request_attempts < 1:
             _fail("vllm_request_attempts", self.vllm_request_attempts, "an integer >= 1")
+        if self.vllm_dtype not in VLLM_DTYPES:
+            _fail("vllm_dtype", self.vllm_dtype, f"one of {VLLM_DTYPES}")
 
     def _validate_dynamic_sampling_fields(self) -> None:
         if self.dynamic_sampling_max_rounds < 1:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import logging
 import os
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -22,6 +24,7 @@ from maxent_grpo.training.generation.backends import (
     TransformersBackend,
     VLLMColocateBackend,
     VLLMServerBackend,
+    colocate_engine,
 )
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.completion_format import format_completions
@@ -78,9 +81,17 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                     f"MaxEntGRPOTrainer does not support `{unsupported}`: its generation step is the backend + "
                     "retry/drop pipeline. Use a custom `generation_backend` instead."
                 )
-        super().__init__(*positional, **kwargs)
-        if self.use_vllm and self.vllm_mode == "colocate" and self.args.vllm_tensor_parallel_size > 1:
+        config = positional[2] if len(positional) > 2 else kwargs["args"]
+        if config.use_vllm and config.vllm_mode == "colocate" and config.vllm_tensor_parallel_size > 1:
             raise ValueError("vllm_tensor_parallel_size > 1 is not supported by MaxEntGRPOTrainer's colocate backend.")
+        if config.use_vllm and config.vllm_mode == "colocate" and importlib.util.find_spec("vllm") is not None:
+            if config.vllm_enable_sleep_mode:
+                colocate_engine.check_sleep_mode()
+            dtype = partial(colocate_engine.engine_dtype_name, config.vllm_dtype, bf16=config.bf16, fp16=config.fp16)
+            with colocate_engine.engine_dtype(lambda: dtype(self.model)):
+                super().__init__(*positional, **kwargs)
+        else:
+            super().__init__(*positional, **kwargs)
         if generation_backend is not None and not isinstance(generation_backend, GenerationBackend):
             raise TypeError(f"generation_backend {generation_backend!r} has no generate(prompts, counts) method.")
         self.generation_backend = generation_backend if generation_backend is not None else self._default_backend()
@@ -137,7 +148,16 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             "weight_sync": self.vllm_generation.sync_weights,
         }
         if self.vllm_mode == "colocate":
-            return VLLMColocateBackend(self.vllm_generation.llm, self._tokenizer, **sampling)
+            if colocate_engine.engine_on_cpu():
+                sampling["weight_sync"] = colocate_engine.ReloadWeightSync(self.vllm_generation)
+            llm = self.vllm_generation.llm
+            return VLLMColocateBackend(
+                llm,
+                self._tokenizer,
+                sleep_mode=args.vllm_enable_sleep_mode,
+                max_model_len=llm.llm_engine.model_config.max_model_len,
+                **sampling,
+            )
         base_url = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
         return VLLMServerBackend(
             base_url,

@@ -23,6 +23,7 @@ BASE = {"output_dir": "unused", "use_cpu": True, "report_to": "none", "per_devic
         ("generation_step_timeout", 0.0, "generation_step_timeout=0.0 is invalid: expected None or a finite number"),
         ("generation_step_timeout", float("inf"), "generation_step_timeout=inf is invalid"),
         ("vllm_request_attempts", 0, "vllm_request_attempts=0 is invalid"),
+        ("vllm_dtype", "fp8", "vllm_dtype='fp8' is invalid: expected one of ('training', 'auto'"),
         ("maxent_objective", "ppo", "one of ('grpo', 'listwise')"),
         ("maxent_tau", -0.5, "maxent_tau=-0.5 is invalid: expected a finite number >= 0"),
         ("maxent_q_temperature", 0.0, "maxent_q_temperature=0.0 is invalid"),

@@ -1,0 +1,153 @@
+"""The colocated vLLM engine that TRL builds: its dtype, whether it can sleep, and a weight sync that works on CPU.
+
+TRL 1.16 builds the colocate engine itself (`VLLMGeneration._init_vllm`) with a fixed argument list and syncs weights
+by writing each training tensor through the engine model's ``load_weights``. This module adds only what that lacks:
+
+- **dtype.** TRL passes no dtype, so vLLM chooses one, and it turns a float32 checkpoint into bfloat16 (on CPU, and
+  float16 or bfloat16 on GPU): the engine then samples from a rounded copy of the policy. `engine_dtype` passes the
+  training dtype while TRL builds the engine; TRL has no hook for engine arguments, so the ``LLM`` name TRL calls is
+  wrapped for that one call.
+- **Sleep mode.** vLLM sleeps only on GPU platforms and refuses it elsewhere with a validation error raised deep
+  inside engine construction; `check_sleep_mode` says so in one line before anything loads.
+- **Weight sync on CPU.** After loading, vLLM on CPU packs every linear layer's weight into a kernel handle and drops
+  the weight (``dispatch_cpu_unquantized_gemm(layer, remove_weight=True)``), so TRL's ``load_weights`` fails
+  (``'Parameter' object has no attribute 'weight_loader'``) and nothing written afterwards reaches the kernels.
+  `ReloadWeightSync` uses vLLM's own in-place reload instead (``reload_weights``: each layer is restored, loaded and
+  processed again, which packs the new weights), then processes tied layers again, which the reload leaves on their
+  old packed copy (an LM head tied to the embedding), and refuses to go on if any other layer was not reloaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+_RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+_NOT_LOADED = "Failed to load weights"
+
+
+def engine_dtype_name(setting: str, model: torch.nn.Module, bf16: bool, fp16: bool) -> str | None:
+    """The dtype to build the engine in for the ``vllm_dtype`` setting, or None to leave it to vLLM ('auto').
+
+    'training' is the dtype the training forward computes in: bfloat16 or float16 under mixed precision (``bf16`` /
+    ``fp16``), else the parameters' dtype.
+    """
+    if setting == "auto":
+        return None
+    if setting != "training":
+        return setting
+    if bf16:
+        return "bfloat16"
+    if fp16:
+        return "float16"
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
+@contextmanager
+def engine_dtype(resolve: Callable[[], str | None]) -> Iterator[None]:
+    """While TRL builds its colocate engine inside this block, build it with ``dtype=resolve()`` (None: vLLM's
+    choice). ``resolve`` is called when the engine is built, after TRL has loaded the training model."""
+    module = importlib.import_module("trl.generation.vllm_generation")
+    build = module.LLM
+
+    def build_in_dtype(*args: Any, **kwargs: Any) -> Any:
+        dtype = resolve()
+        if dtype is not None:
+            kwargs.setdefault("dtype", dtype)
+        return build(*args, **kwargs)
+
+    module.LLM = build_in_dtype
+    try:
+        yield
+    finally:
+        module.LLM = build
+
+
+def check_sleep_mode() -> None:
+    """Raise ValueError when vLLM cannot sleep on this platform (it sleeps on CUDA, ROCm and XPU only)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_sleep_mode_available():
+        raise ValueError(
+            f"vllm_enable_sleep_mode=True is not possible here: vLLM cannot sleep on this platform "
+            f"({current_platform.device_type or 'unknown'}). Set vllm_enable_sleep_mode=False."
+        )
+
+
+def engine_on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def _tied_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Layers whose weight is another, earlier layer's weight (an LM head tied to the embedding)."""
+    owners: set[int] = set()
+    tied = []
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if not isinstance(weight, torch.nn.Parameter) or getattr(module, "quant_method", None) is None:
+            continue
+        if id(weight) in owners:
+            tied.append(module)
+        owners.add(id(weight))
+    return tied
+
+
+class _NotLoadedRecorder(logging.Filter):
+    """Takes vLLM's per-layer "Failed to load weights" warnings out of the log and records the layer classes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer_classes: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _NOT_LOADED in str(record.msg) and record.args:
+            self.layer_classes.append(str(record.args[0]))
+            return False
+        return True
+
+
+class ReloadWeightSync:
+    """Push the training weights into a colocated vLLM engine through vLLM's in-place reload (see the module doc).
+
+    ``generation`` is TRL's `VLLMGeneration`; its parameter walk (which gathers DeepSpeed / FSDP shards and merges
+    PEFT adapters under the names vLLM expects) supplies the tensors. A layer with weights that the reload left
+    untouched, other than a tied layer (processed again here) or a layer with buffers only (rotary tables), raises
+    RuntimeError: the engine would otherwise keep sampling from old weights.
+    """
+
+    def __init__(self, generation: Any) -> None:
+        self.generation = generation
+
+    def __call__(self) -> None:
+        llm = self.generation.llm
+        runner = llm.llm_engine.model_executor.driver_worker.model_runner
+        model = runner.get_model()
+        recorder = _NotLoadedRecorder()
+        reload_logger = logging.getLogger(_RELOAD_LOGGER)
+        reload_logger.addFilter(recorder)
+        try:
+            runner.reload_weights(weights_iterator=self.generation._iter_named_params())
+        finally:
+            reload_logger.removeFilter(recorder)
+        tied = _tied_layers(model)
+        for layer in tied:
+            layer.quant_method.process_weights_after_loading(layer)
+        expected = {type(layer).__name__ for layer in tied} | {
+            type(module).__name__ for module in model.modules() if not any(True for _ in module.parameters(False))
+        }
+        stale = sorted(set(recorder.layer_classes) - expected)
+        if stale:
+            raise RuntimeError(
+                f"vLLM did not reload the weights of {stale}: the engine would keep sampling from old weights. "
+                "Check that the training model's parameter names match the engine's model."
+            )
+        llm.reset_prefix_cache()
