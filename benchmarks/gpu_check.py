@@ -6,8 +6,7 @@ python benchmarks/gpu_check.py` (add `--steps N`; `--allow-cpu` runs the same co
 It builds a small Qwen2 model with the offline character tokenizer and saves it locally (such machines may have no
 hub access), trains it with both trainers (TransformersBackend for ours), alternating, and prints tokens/s of each and
 the ratio. When vLLM is importable it also runs colocate mode (with and without sleep mode) and server mode (starting
-`vllm serve` itself);
-otherwise it says that those modes were skipped and why.
+`vllm serve` itself); otherwise it says that those modes were skipped and why.
 """
 
 from __future__ import annotations
