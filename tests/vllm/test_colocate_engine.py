@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from maxent_grpo import MaxEntGRPOTrainer, VLLMColocateBackend
+from maxent_grpo.training.generation.backends.colocate_engine import ReloadWeightSync
 from tests.support.training import letter_dataset, tiny_config
 
 STEPS = 4
@@ -69,6 +71,7 @@ def test_engine_runs_in_the_training_dtype(trained):
 def test_engine_samples_from_the_current_weights_at_every_step(trained):
     _, logs = trained
     differences = [log["sampling/sampling_logp_difference/mean"] for log in logs]
+    print(f"colocate sampling_logp_difference/mean per step: {differences}")
     assert len(differences) == STEPS, logs
     assert all(difference < 1e-3 for difference in differences), differences
     assert all(log["generation/dropped_prompts"] == 0 for log in logs)
@@ -99,6 +102,21 @@ def test_engine_logprobs_of_a_fixed_continuation_match_the_trained_model(trained
     initial = _continuation_logprobs(initial_model, ids, len(prompt))
     assert (engine - expected).abs().max() < 1e-4, (engine, expected)
     assert (initial - expected).abs().max() > 1e-2, "training should have moved the model for this check to mean much"
+
+
+def test_a_layer_the_reload_leaves_stale_stops_training(trained):
+    trainer, _ = trained
+    generation = trainer.vllm_generation
+    skipped = "model.layers.1.mlp.down_proj.weight"
+    partial = SimpleNamespace(
+        llm=generation.llm,
+        _iter_named_params=lambda: ((n, p) for n, p in generation._iter_named_params() if n != skipped),
+    )
+    try:
+        with pytest.raises(RuntimeError, match=r"no new weights for \['model.layers.1.mlp.down_proj.weight'\]"):
+            ReloadWeightSync(partial)()
+    finally:
+        trainer.generation_backend.sync_weights(trainer.model)
 
 
 def test_prompt_longer_than_the_engine_context_drops_only_its_group(trained):

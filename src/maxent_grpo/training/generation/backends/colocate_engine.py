@@ -12,25 +12,20 @@ by writing each training tensor through the engine model's ``load_weights``. Thi
 - **Weight sync on CPU.** After loading, vLLM on CPU packs every linear layer's weight into a kernel handle and drops
   the weight (``dispatch_cpu_unquantized_gemm(layer, remove_weight=True)``), so TRL's ``load_weights`` fails
   (``'Parameter' object has no attribute 'weight_loader'``) and nothing written afterwards reaches the kernels.
-  `ReloadWeightSync` uses vLLM's own in-place reload instead (``reload_weights``: each layer is restored, loaded and
-  processed again, which packs the new weights), then processes tied layers again, which the reload leaves on their
-  old packed copy (an LM head tied to the embedding), and refuses to go on if any other layer was not reloaded.
+  `ReloadWeightSync` uses vLLM's own in-place reload instead (the steps of ``reload_weights``: each layer is
+  restored, loaded and processed again, which packs the new weights), then processes tied layers again, which the
+  reload leaves on their old packed copy (an LM head tied to the embedding), and refuses to go on if any engine
+  parameter received no weights.
 """
 
 from __future__ import annotations
 
 import importlib
-import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
-
-logger = logging.getLogger(__name__)
-
-_RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
-_NOT_LOADED = "Failed to load weights"
 
 
 def engine_dtype_name(setting: str, model: torch.nn.Module, bf16: bool, fp16: bool) -> str | None:
@@ -101,53 +96,36 @@ def _tied_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return tied
 
 
-class _NotLoadedRecorder(logging.Filter):
-    """Takes vLLM's per-layer "Failed to load weights" warnings out of the log and records the layer classes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer_classes: list[str] = []
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if _NOT_LOADED in str(record.msg) and record.args:
-            self.layer_classes.append(str(record.args[0]))
-            return False
-        return True
-
-
 class ReloadWeightSync:
     """Push the training weights into a colocated vLLM engine through vLLM's in-place reload (see the module doc).
 
     ``generation`` is TRL's `VLLMGeneration`; its parameter walk (which gathers DeepSpeed / FSDP shards and merges
-    PEFT adapters under the names vLLM expects) supplies the tensors. A layer with weights that the reload left
-    untouched, other than a tied layer (processed again here) or a layer with buffers only (rotary tables), raises
-    RuntimeError: the engine would otherwise keep sampling from old weights.
+    PEFT adapters under the names vLLM expects) supplies the tensors. The reload is vLLM's own
+    (``initialize_layerwise_reload``, the model's ``load_weights``, ``finalize_layerwise_reload``: what
+    ``reload_weights`` runs), called here step by step because ``reload_weights`` only logs the engine parameters that
+    received nothing, as a warning that TRL silences (it sets ``VLLM_LOGGING_LEVEL=ERROR``); here they raise
+    RuntimeError, since the engine would keep sampling from their old values.
     """
 
     def __init__(self, generation: Any) -> None:
         self.generation = generation
 
     def __call__(self) -> None:
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
         llm = self.generation.llm
         runner = llm.llm_engine.model_executor.driver_worker.model_runner
         model = runner.get_model()
-        recorder = _NotLoadedRecorder()
-        reload_logger = logging.getLogger(_RELOAD_LOGGER)
-        reload_logger.addFilter(recorder)
-        try:
-            runner.reload_weights(weights_iterator=self.generation._iter_named_params())
-        finally:
-            reload_logger.removeFilter(recorder)
-        tied = _tied_layers(model)
-        for layer in tied:
-            layer.quant_method.process_weights_after_loading(layer)
-        expected = {type(layer).__name__ for layer in tied} | {
-            type(module).__name__ for module in model.modules() if not any(True for _ in module.parameters(False))
-        }
-        stale = sorted(set(recorder.layer_classes) - expected)
+        with torch.no_grad():
+            initialize_layerwise_reload(model)
+            loaded = set(model.load_weights(self.generation._iter_named_params()))
+            finalize_layerwise_reload(model, runner.model_config)
+            for layer in _tied_layers(model):
+                layer.quant_method.process_weights_after_loading(layer)
+        stale = sorted({name for name, _ in model.named_parameters()} - loaded)
         if stale:
             raise RuntimeError(
-                f"vLLM did not reload the weights of {stale}: the engine would keep sampling from old weights. "
+                f"vLLM's engine received no new weights for {stale}: it would keep sampling from their old values. "
                 "Check that the training model's parameter names match the engine's model."
             )
         llm.reset_prefix_cache()
