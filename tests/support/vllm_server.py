@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import requests
@@ -56,7 +56,10 @@ class VLLMServerProcess:
 
     def start(self) -> VLLMServerProcess:
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-        self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        # A session of its own: the server's engine core is a child process that outlives a killed parent otherwise.
+        self.process = subprocess.Popen(
+            self.command, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         return self
 
     def wait_ready(self, timeout: float = 300.0) -> None:
@@ -75,18 +78,24 @@ class VLLMServerProcess:
         raise RuntimeError(f"vLLM server not ready within {timeout} s:\n{self.log_tail()}")
 
     def kill(self) -> None:
-        """SIGKILL: the server dies mid-request, as in a crash or an out-of-memory kill."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        """SIGKILL to the server and its engine process, as in a crash or an out-of-memory kill."""
+        self._signal(signal.SIGKILL)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
+        """SIGTERM to the server and its engine process, then SIGKILL after a grace period."""
+        self._signal(signal.SIGTERM)
+        if self.process is not None:
+            with suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, number: int) -> None:
+        if self.process is None:
+            return
+        with suppress(ProcessLookupError):  # the whole group has exited
+            os.killpg(self.process.pid, number)
+        if number == signal.SIGKILL:
+            self.process.wait()
 
     def log_tail(self) -> str:
         self._log.flush()

@@ -104,26 +104,35 @@ def test_engine_logprobs_of_a_fixed_continuation_match_the_trained_model(trained
     assert (initial - expected).abs().max() > 1e-2, "training should have moved the model for this check to mean much"
 
 
-def test_a_layer_the_reload_leaves_stale_stops_training(trained):
+@pytest.mark.parametrize(
+    ("left_out", "reported"),
+    [
+        ("model.layers.1.mlp.down_proj.weight", "'model.layers.1.mlp.down_proj.weight'"),
+        ("model.layers.0.self_attn.k_proj.weight", "'model.layers.0.self_attn.qkv_proj (98816 of 131584 values)'"),
+        ("model.layers.1.mlp.up_proj.weight", "'model.layers.1.mlp.gate_up_proj (131072 of 262144 values)'"),
+        ("model.layers.0.self_attn.q_proj.bias", "'model.layers.0.self_attn.qkv_proj (131328 of 131584 values)'"),
+    ],
+)
+def test_weights_the_reload_misses_stop_training(trained, left_out, reported):
+    """A parameter the engine gets nothing for, or a fused one it gets only part of (one of q/k/v), raises."""
     trainer, _ = trained
     generation = trainer.vllm_generation
-    skipped = "model.layers.1.mlp.down_proj.weight"
     partial = SimpleNamespace(
         llm=generation.llm,
-        _iter_named_params=lambda: ((n, p) for n, p in generation._iter_named_params() if n != skipped),
+        _iter_named_params=lambda: ((n, p) for n, p in generation._iter_named_params() if n != left_out),
     )
     try:
-        with pytest.raises(RuntimeError, match=r"no new weights for \['model.layers.1.mlp.down_proj.weight'\]"):
+        with pytest.raises(RuntimeError, match=re.escape(f"only part of them, for [{reported}]")):
             ReloadWeightSync(partial)()
     finally:
         trainer.generation_backend.sync_weights(trainer.model)
 
 
-def test_prompt_longer_than_the_engine_context_drops_only_its_group(trained):
+def test_prompts_the_engine_would_reject_drop_only_their_groups(trained):
     trainer, _ = trained
     backend = trainer.generation_backend
-    groups = backend.generate(["p1:", "p" * 200, "p2:"], [2, 2, 2])
-    assert [len(group) for group in groups] == [2, 0, 2]
+    groups = backend.generate(["p1:", "p" * 200, "", "p2:"], [2, 2, 2, 2])  # "" encodes to no token at all
+    assert [len(group) for group in groups] == [2, 0, 0, 2]
     assert all(completion.logprobs is not None for group in groups for completion in group)
 
 

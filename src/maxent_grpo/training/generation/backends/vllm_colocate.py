@@ -79,9 +79,9 @@ class VLLMColocateBackend:
     ``structured_outputs_regex`` (TRL's ``vllm_structured_outputs_regex``) constrains every completion to match it,
     passed to the engine as TRL does.
 
-    ``max_model_len`` (the engine's context length) keeps prompts that leave no room for a completion from the
-    engine, which would reject the whole call for one of them: their groups come back empty, logged as ``bad data``,
-    and the others are generated.
+    Prompts the engine would reject, taking the whole call down with them, are kept from it: prompts that encode to
+    no tokens, and, given ``max_model_len`` (the engine's context length), prompts that leave no room for a
+    completion. Their groups come back empty, logged as ``bad data``, and the others are generated.
 
     ``sleep_mode`` (TRL's ``vllm_enable_sleep_mode``, for an engine built with ``enable_sleep_mode=True``) does what
     TRL's `VLLMGeneration.generate` does around each generation: wake the KV cache before it and sleep (level 2,
@@ -141,12 +141,14 @@ class VLLMColocateBackend:
             assert self.weight_sync is not None  # checked in __init__
             self.weight_sync()
             self._weights_discarded = False
-        self.engine.wake_up(tags=["kv_cache"])
         try:
+            self.engine.wake_up(tags=["kv_cache"])
             return self._generate(prompts, counts)
         finally:
-            self.engine.sleep(level=2)
+            # Whatever failed, every process ends the call with its weights counted as discarded, so all of them
+            # push weights (a collective gather under ZeRO-3 / FSDP) before the next call.
             self._weights_discarded = True
+            self.engine.sleep(level=2)
 
     def _generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
         groups: list[list[Completion]] = [[] for _ in prompts]
@@ -170,7 +172,10 @@ class VLLMColocateBackend:
         return groups
 
     def _fits(self, prompt_ids: list[int]) -> bool:
-        """Whether the engine can take the prompt; vLLM rejects the whole call for one prompt that is too long."""
+        """Whether the engine can take the prompt; vLLM rejects the whole call for one empty or too long prompt."""
+        if not prompt_ids:
+            logger.warning("bad data: a prompt encodes to no tokens; its group is not generated")
+            return False
         if self.max_model_len is None or len(prompt_ids) < self.max_model_len:
             return True
         logger.warning(
