@@ -186,6 +186,14 @@ def _end_training(accelerator: Accelerator) -> None:
     """
     accelerator.free_memory()  # the accelerator's references to the DDP-wrapped model, optimizer and data loaders
     gc.collect()  # the trainer's reference cycles, and with them the wrapped model and its reducer
+    if "vllm" in sys.modules:
+        # A colocated vLLM engine keeps process groups of its own on top of the default one, and destroys them when
+        # the interpreter exits, after the default group is gone ("Invalid process group specified"): destroy them
+        # first, with vLLM's own teardown, which ends with the default group.
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
     accelerator.end_training()
 
 
