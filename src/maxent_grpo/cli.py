@@ -163,7 +163,7 @@ def _train(argv: Sequence[str]) -> int:
 
     from maxent_grpo import run_checks
     from maxent_grpo import script_args as inputs
-    from maxent_grpo.line_progress import LineProgressCallback
+    from maxent_grpo.line_progress import LineProgressCallback, silence_library_progress_bars
     from maxent_grpo.prompt_checks import check_chat_template, check_prompts
     from maxent_grpo.trainer import MaxEntGRPOTrainer
 
@@ -172,6 +172,9 @@ def _train(argv: Sequence[str]) -> int:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     script_args, config = parse_train_args(argv)
+    log_file = not sys.stderr.isatty()  # progress as lines, not carriage-return redraws
+    if log_file:
+        silence_library_progress_bars()
     reward_funcs = _load_rewards(script_args)
     inputs.check_generation_backend(config)
     inputs.check_resume_checkpoint(config)
@@ -189,8 +192,8 @@ def _train(argv: Sequence[str]) -> int:
     if chat_prompts:
         check_chat_template(trainer.processing_class, script_args.model_name_or_path)
     run_checks.check_logits_fit(config, trainer.model, trainer.accelerator.device)
-    if not sys.stderr.isatty() and trainer.pop_callback(ProgressCallback) is not None:
-        trainer.add_callback(LineProgressCallback())  # a log file gets lines, not carriage-return redraws
+    if log_file and trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(LineProgressCallback())
     _run(trainer, config)
     trainer.accelerator.print(f"Model saved to {config.output_dir}")
     accelerator = trainer.accelerator

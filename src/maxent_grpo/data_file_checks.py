@@ -34,7 +34,7 @@ def check_data_file(name: str) -> None:
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
             try:
-                blank = blank and not decoder.decode(chunk).strip()
+                text = decoder.decode(chunk)
             except UnicodeDecodeError as error:
                 offset = max(error.start - (len(error.object) - len(chunk)), 0)  # the decoder may hold earlier bytes
                 line += chunk[:offset].count(b"\n")
@@ -44,6 +44,7 @@ def check_data_file(name: str) -> None:
                     "as UTF-8"
                 ) from error
             line += chunk.count(b"\n")
+            blank = blank and not text.strip()
     if blank:
         raise UsageError(f"dataset file {name!r} is empty")
 

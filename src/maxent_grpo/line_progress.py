@@ -1,6 +1,7 @@
-"""Training progress for a log file: one line per logging step instead of a redrawn progress bar.
+"""Training progress for a log file: one line per logging step instead of redrawn progress bars.
 
-transformers' tqdm bar redraws itself with carriage returns, which a log file keeps as one ever-growing line.
+A tqdm bar redraws itself with carriage returns, which a log file keeps as one ever-growing line: the trainer's
+step bar, `datasets`' "Generating train split" and transformers' "Writing model shards".
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import sys
 import time
 from typing import Any
 
+import datasets
+import transformers
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 
@@ -41,3 +44,9 @@ class LineProgressCallback(TrainerCallback):
 
 def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def silence_library_progress_bars() -> None:
+    """No tqdm bars from `datasets` (loading) and transformers (saving)."""
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
