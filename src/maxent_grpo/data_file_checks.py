@@ -8,6 +8,7 @@ only when a row is read): these checks name the file and the line instead.
 from __future__ import annotations
 
 import codecs
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,11 +50,25 @@ def check_data_file(name: str) -> None:
         raise UsageError(f"dataset file {name!r} is empty")
 
 
+def _below_error(record: logging.LogRecord) -> bool:
+    return record.levelno < logging.ERROR
+
+
 @contextmanager
 def dataset_read_errors(name: str) -> Iterator[None]:
-    """Turn `datasets`' `DatasetGenerationError` (a row it cannot parse) into a `UsageError` naming its cause."""
+    """Turn `datasets`' `DatasetGenerationError` (a row it cannot parse) into a `UsageError` naming its cause.
+
+    `datasets` also logs each such error just before raising it; those records are dropped while loading, since the
+    `UsageError` says the same in one line.
+    """
+    handlers = logging.getLogger("datasets").handlers
+    for handler in handlers:
+        handler.addFilter(_below_error)
     try:
         yield
     except DatasetGenerationError as error:
         cause = error.__cause__ or error
         raise UsageError(f"cannot read dataset {name!r}: {type(cause).__name__}: {cause}") from error
+    finally:
+        for handler in handlers:
+            handler.removeFilter(_below_error)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from maxent_grpo.tiny_model import build_tiny_tokenizer
+from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 from tests.e2e.cli_runner import DEMO_RECIPE, executable, offline_env, run_cli
 
 pytestmark = pytest.mark.slow
@@ -19,11 +19,16 @@ pytestmark = pytest.mark.slow
 TRAIN = ["train", "--config", str(DEMO_RECIPE), "--logging_steps", "1"]
 
 
-def _only_eos() -> str:
-    """`generation_kwargs` that suppress every token but EOS: every completion comes back empty."""
+def _model_that_only_samples_ids_outside_its_tokenizer(path) -> list[str]:
+    """A model whose vocabulary is 8 ids larger than its tokenizer's (as many Hub models pad theirs), made to sample
+    only those ids: every completion is invalid, so every group is dropped."""
     tokenizer = build_tiny_tokenizer()
-    suppressed = [i for i in range(len(tokenizer)) if i != tokenizer.eos_token_id]
-    return json.dumps({"suppress_tokens": suppressed})
+    model = build_tiny_model(tokenizer)
+    model.resize_token_embeddings(len(tokenizer) + 8)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    suppressed = json.dumps({"suppress_tokens": list(range(len(tokenizer)))})
+    return ["--model_name_or_path", str(path), "--generation_kwargs", suppressed, "--generation_max_retries", "0"]
 
 
 @pytest.mark.parametrize(
@@ -35,11 +40,8 @@ def _only_eos() -> str:
     ids=["run-shorter-than-the-limit", "limit-reached"],
 )
 def test_a_run_whose_every_batch_was_dropped_exits_1(steps, expected, tmp_path):
-    result = run_cli(
-        [*TRAIN, "--max_steps", steps, "--generation_max_retries", "0", "--generation_kwargs", _only_eos()],
-        offline_env(tmp_path),
-        cwd=tmp_path,
-    )
+    model_args = _model_that_only_samples_ids_outside_its_tokenizer(tmp_path / "model")
+    result = run_cli([*TRAIN, "--max_steps", steps, *model_args], offline_env(tmp_path), cwd=tmp_path)
     assert result.returncode == 1, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("maxent-grpo train: error: ") and expected in last, result.stderr[-3000:]
