@@ -255,7 +255,7 @@ def _run(trainer: MaxEntGRPOTrainer, config: MaxEntGRPOConfig) -> None:
     try:
         trainer.save_model(config.output_dir)
     except WRITE_ERRORS as error:
-        raise UsageError(str(save_error(f"the model in {config.output_dir}", error))) from error
+        raise UsageError(str(save_error(f"the model in {config.output_dir}", config.output_dir, error))) from error
 
 
 def _end_training(accelerator: Accelerator) -> None:

@@ -518,10 +518,13 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         try:
             self._save_checkpoint_files(model, trial, folder)
         except BaseException as error:  # also KeyboardInterrupt: re-raised once the partial folder is gone
+            failure = None
+            if isinstance(error, WRITE_ERRORS) and not isinstance(error, SaveError):  # free space measured first
+                failure = save_error(f"checkpoint {folder} (the partial folder was removed)", folder, error)
             if not existed and self.args.should_save:
                 shutil.rmtree(folder, ignore_errors=True)
-            if isinstance(error, WRITE_ERRORS) and not isinstance(error, SaveError):
-                raise save_error(f"checkpoint {folder} (the partial folder was removed)", error) from error
+            if failure is not None:
+                raise failure from error
             raise
 
     def _save_checkpoint_files(self, model, trial, folder: str) -> None:
