@@ -13,6 +13,7 @@ from pathlib import Path
 
 import requests
 from huggingface_hub import constants, is_offline_mode, try_to_load_from_cache
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from maxent_grpo.usage_error import UsageError
 
@@ -58,6 +59,12 @@ def check_source(name: str, kind: str, *, cached_file: str | None = None) -> Non
         return
     if looks_local(name):
         raise UsageError(f"cannot load {kind} {name!r}: no such file or directory")
+    try:
+        validate_repo_id(name)
+    except HFValidationError as error:
+        raise UsageError(
+            f"cannot load {kind} {name!r}: no such file or directory, nor a valid Hub id ({error})"
+        ) from error
     reason = hub_unreachable_reason()
     if reason is None:
         return
