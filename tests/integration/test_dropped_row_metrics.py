@@ -68,8 +68,7 @@ def test_frac_reward_zero_std_counts_kept_groups_only(tmp_path):
         processing_class=tokenizer,
         generation_backend=backend,
     )
-    with pytest.raises(NoUsableGenerationError, match="every one of the 2 generation batches"):
-        trainer.train()
+    trainer.train()
     assert _logged(trainer, "generation/dropped_prompts") == [1.0, 1.0]
     assert _logged(trainer, "frac_reward_zero_std") == [1.0, 1.0]  # both kept groups are flat, none "has spread"
     assert len(trainer._logs["prompt"]) == len(trainer._logs["completion"]) == 8  # two kept groups of four
