@@ -72,8 +72,8 @@ def check_source(name: str, kind: str, *, cached_file: str | None = None) -> Non
         if cached_file is None or isinstance(try_to_load_from_cache(name, cached_file), str):
             return
         raise UsageError(
-            f"cannot load {kind} {name!r}: no local file or directory of that name, and it is not in the Hub cache "
-            f"({reason})"
+            f"cannot load {kind} {name!r}: no local file or directory of that name, and it is not in the Hub cache; "
+            f"{reason}"
         )
     raise UsageError(
         f"cannot load {kind} {name!r}: no local file or directory of that name, and the Hugging Face Hub cannot be "

@@ -240,7 +240,7 @@ SUBPROCESS_CASES = [
     (
         "uncached-model-offline",
         lambda t: [*TRAIN, "--model_name_or_path", "my-tiny-lama"],
-        "not in the Hub cache (offline mode is on",
+        "not in the Hub cache; offline mode is on (HF_HUB_OFFLINE)",
     ),
 ]
 if importlib.util.find_spec("wandb") is None:
