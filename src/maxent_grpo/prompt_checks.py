@@ -45,8 +45,8 @@ def check_prompts(dataset: Dataset, name: str) -> bool:
         if kind is None:
             shown = repr(prompt) if len(repr(prompt)) <= 60 else repr(prompt)[:57] + "..."
             raise UsageError(
-                f"dataset {name!r}: the prompt of row {row} is a {type(prompt).__name__} ({shown}); expected text or "
-                "a list of chat messages with 'role' and 'content'"
+                f"dataset {name!r}: the prompt of row {row} is {shown}, of type {type(prompt).__name__}; expected "
+                "text or a list of chat messages with 'role' and 'content'"
             )
         kinds.add(kind)
     if len(kinds) > 1:

@@ -186,7 +186,7 @@ SUBPROCESS_CASES = [
     (
         "integer-prompts",
         lambda t: [*TRAIN, "--dataset_name", _jsonl(t / "ints.jsonl", [{"prompt": 5}, {"prompt": 6}])],
-        "the prompt of row 0 is a int (5)",
+        "the prompt of row 0 is 5, of type int",
     ),
     (
         "chat-prompts-without-chat-template",

@@ -62,9 +62,9 @@ def test_prompts_are_text_or_chat_messages():
     assert check_prompts(Dataset.from_dict({"prompt": ["a", "b"]}), "d") is False
     chat = [[{"role": "user", "content": "hi"}]]
     assert check_prompts(Dataset.from_dict({"prompt": chat}), "d") is True
-    with pytest.raises(UsageError, match=r"the prompt of row 1 is a NoneType"):
+    with pytest.raises(UsageError, match=r"the prompt of row 1 is None, of type NoneType"):
         check_prompts(Dataset.from_dict({"prompt": ["a", None]}), "d")
-    with pytest.raises(UsageError, match=r"the prompt of row 0 is a list"):
+    with pytest.raises(UsageError, match=r"the prompt of row 0 is .*, of type list"):
         check_prompts(Dataset.from_dict({"prompt": [[{"text": "no role"}]]}), "d")
     with pytest.raises(UsageError, match="has no rows"):
         check_prompts(Dataset.from_dict({"prompt": []}), "d")
