@@ -2,8 +2,10 @@
 
 `train` reads a YAML recipe and `--field value` overrides the way TRL's scripts do (`TrlParser`): every field of
 `MaxEntGRPOConfig` plus the script arguments of `TrainScriptArguments`, command-line values winning over the recipe.
-Input that cannot be used ends the command with one line on stderr and exit code 2; anything else is a bug and keeps
-its traceback.
+Input that cannot be used ends the command with one line on stderr and exit code 2, a run whose every generation
+batch was dropped with one line and exit code 1, Ctrl-C with one line naming the checkpoint to resume from and exit
+code 130; anything else is a bug and keeps its traceback. The heavy modules (torch, transformers, TRL's trainer) are
+imported by the command that needs them, so that `maxent-grpo --help` answers at once.
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import yaml
 from trl import TrlParser
 
-from maxent_grpo import config_reference, demo
-from maxent_grpo import script_args as inputs
-from maxent_grpo.config import MaxEntGRPOConfig
-from maxent_grpo.script_args import TrainScriptArguments, UsageError
-from maxent_grpo.trainer import MaxEntGRPOTrainer
+from maxent_grpo.ansi_free_output import strip_ansi_when_redirected
+from maxent_grpo.usage_error import UsageError
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
+
+    from maxent_grpo.config import MaxEntGRPOConfig
+    from maxent_grpo.script_args import TrainScriptArguments
+    from maxent_grpo.trainer import MaxEntGRPOTrainer
 
 PROG = "maxent-grpo"
 
@@ -44,6 +47,9 @@ class _RecipeParser(TrlParser):
     """TRL's parser over the train script arguments and `MaxEntGRPOConfig`; bad arguments raise `UsageError`."""
 
     def __init__(self) -> None:
+        from maxent_grpo.config import MaxEntGRPOConfig
+        from maxent_grpo.script_args import TrainScriptArguments
+
         super().__init__(
             (TrainScriptArguments, MaxEntGRPOConfig),
             prog=f"{PROG} train",
@@ -61,6 +67,8 @@ def _read_recipe(path: str) -> dict[str, Any]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise UsageError(f"cannot read recipe {path!r}: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
+        raise UsageError(f"recipe {path!r} is not UTF-8 text (byte 0x{error.object[error.start]:02x})") from error
     try:
         recipe = yaml.safe_load(text)
     except yaml.MarkedYAMLError as error:
@@ -151,26 +159,103 @@ def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntG
 
 
 def _train(argv: Sequence[str]) -> int:
-    # Dotted paths (a custom maxent_mode_key) resolve from the working directory too, as in TRL's scripts.
+    from transformers.trainer_callback import ProgressCallback
+
+    from maxent_grpo import run_checks
+    from maxent_grpo import script_args as inputs
+    from maxent_grpo.line_progress import LineProgressCallback, silence_library_progress_bars
+    from maxent_grpo.prompt_checks import check_chat_template, check_prompts
+    from maxent_grpo.trainer import MaxEntGRPOTrainer
+
+    # Dotted paths (reward functions, a custom maxent_mode_key) resolve from the working directory too, as in TRL's
+    # scripts.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     script_args, config = parse_train_args(argv)
-    reward_funcs = inputs.load_reward_funcs(script_args.reward_funcs)
+    log_file = not sys.stderr.isatty()  # progress as lines, not carriage-return redraws
+    if log_file:
+        silence_library_progress_bars()
+    reward_funcs = _load_rewards(script_args)
     inputs.check_generation_backend(config)
     inputs.check_resume_checkpoint(config)
-    dataset = inputs.load_train_dataset(script_args)
+    run_checks.check_output_dir(config.output_dir)
+    run_checks.check_report_to(config)
+    run_checks.check_eval_data(config, has_eval_dataset=False)
+    dataset = _load_dataset(script_args)
+    chat_prompts = check_prompts(dataset, script_args.dataset_name)
     inputs.check_reward_columns(reward_funcs, dataset)
-    model, tokenizer = inputs.load_model(script_args, config)
+    run_checks.check_batch_fits_dataset(config, len(dataset))
+    model, tokenizer = _load_model(script_args, config)
     trainer = MaxEntGRPOTrainer(
         model=model, reward_funcs=reward_funcs, args=config, train_dataset=dataset, processing_class=tokenizer
     )
-    trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
-    trainer.save_model(config.output_dir)
+    if chat_prompts:
+        check_chat_template(trainer.processing_class, script_args.model_name_or_path)
+    run_checks.check_logits_fit(config, trainer.model, trainer.accelerator.device)
+    if log_file and trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(LineProgressCallback())
+    _run(trainer, config)
     trainer.accelerator.print(f"Model saved to {config.output_dir}")
     accelerator = trainer.accelerator
     del trainer  # see `_end_training`
     _end_training(accelerator)
     return 0
+
+
+def _load_rewards(script_args: TrainScriptArguments) -> list:
+    from maxent_grpo.reward_loading import load_reward_funcs
+
+    return load_reward_funcs(script_args.reward_funcs, script_args.reward_model_name_or_path)
+
+
+def _load_dataset(script_args: TrainScriptArguments):
+    from maxent_grpo import script_args as inputs
+    from maxent_grpo.data_file_checks import check_data_file, dataset_read_errors
+    from maxent_grpo.hub_access import check_source
+
+    name = script_args.dataset_name
+    if name != inputs.VOWELS_DATASET:
+        check_source(name, "dataset")
+        check_data_file(name)
+    with dataset_read_errors(name):
+        return inputs.load_train_dataset(script_args)
+
+
+def _load_model(script_args: TrainScriptArguments, config: MaxEntGRPOConfig):
+    from maxent_grpo import script_args as inputs
+    from maxent_grpo.hub_access import check_model_source
+
+    if script_args.model_name_or_path != inputs.TINY_MODEL:
+        check_model_source(script_args.model_name_or_path)
+    return inputs.load_model(script_args, config)
+
+
+class TrainingFailed(Exception):
+    """Training ran and produced nothing usable (exit code 1); its message is one sentence."""
+
+
+class Interrupted(Exception):
+    """The run was interrupted (Ctrl-C, exit code 130); its message names the checkpoint to resume from."""
+
+
+def _run(trainer: MaxEntGRPOTrainer, config: MaxEntGRPOConfig) -> None:
+    """Train and save the final model, turning the ways a run can end badly into one-line errors."""
+    from maxent_grpo.interruption import interrupted_message
+    from maxent_grpo.save_errors import WRITE_ERRORS, SaveError, save_error
+    from maxent_grpo.trainer import NoUsableGenerationError
+
+    try:
+        trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
+    except KeyboardInterrupt as error:
+        raise Interrupted(interrupted_message(config.output_dir)) from error
+    except NoUsableGenerationError as error:
+        raise TrainingFailed(str(error)) from error
+    except SaveError as error:
+        raise UsageError(str(error)) from error
+    try:
+        trainer.save_model(config.output_dir)
+    except WRITE_ERRORS as error:
+        raise UsageError(str(save_error(f"the model in {config.output_dir}", config.output_dir, error))) from error
 
 
 def _end_training(accelerator: Accelerator) -> None:
@@ -199,6 +284,8 @@ def _end_training(accelerator: Accelerator) -> None:
 
 # ----------------------------------------------------------------------------------------------------------- demo
 def _demo(argv: Sequence[str]) -> int:
+    from maxent_grpo import demo
+
     parser = _ArgumentParser(
         prog=f"{PROG} demo",
         description="Train MaxEnt-GRPO on the tiny offline model and the bundled 'pick a vowel:' task (CPU, no "
@@ -215,6 +302,10 @@ def _demo(argv: Sequence[str]) -> int:
     options = parser.parse_args(argv)
     if options.steps < 1:
         raise UsageError(f"--steps {options.steps} is invalid: expected an integer >= 1")
+    if options.output_dir is not None:
+        from maxent_grpo.run_checks import check_output_dir
+
+        check_output_dir(str(options.output_dir))
 
     print(
         f"MaxEnt-GRPO demo: tiny offline model, prompt {demo.VOWEL_PROMPT!r}, reward 1 for an answer that starts with "
@@ -248,6 +339,8 @@ def _bench(argv: Sequence[str]) -> int:
 
 
 def _config_reference(argv: Sequence[str]) -> int:
+    from maxent_grpo import config_reference
+
     parser = _ArgumentParser(
         prog=f"{PROG} config-reference",
         description="Print the configuration reference (Markdown), or rewrite the marked block of a README.",
@@ -286,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("command", choices=list(COMMANDS), metavar="command", help="one of the commands above")
     parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    strip_ansi_when_redirected()
     if not sys.warnoptions:  # upstream deprecation notices (FutureWarning) stay quiet unless asked for with -W
         warnings.simplefilter("ignore", FutureWarning)
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -300,6 +394,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
+    except TrainingFailed as error:
+        print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 1
+    except Interrupted as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # before training started, or in another command
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

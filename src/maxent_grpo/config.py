@@ -167,9 +167,21 @@ class MaxEntGRPOConfig(GRPOConfig):
         self._validate()
 
     def _validate(self) -> None:
+        self._validate_trl_fields()
         self._validate_generation_fields()
         self._validate_dynamic_sampling_fields()
         self._validate_maxent_fields()
+
+    def _validate_trl_fields(self) -> None:
+        """TRL fields that TRL checks only once training has started (or never)."""
+        if not (self.beta >= 0 and math.isfinite(self.beta)):
+            _fail("beta", self.beta, "a finite number >= 0 (the KL coefficient)")
+        if not (self.learning_rate >= 0 and math.isfinite(self.learning_rate)):
+            _fail("learning_rate", self.learning_rate, "a finite number >= 0")
+        if self.per_device_train_batch_size < 1:
+            _fail("per_device_train_batch_size", self.per_device_train_batch_size, "an integer >= 1")
+        if self.max_completion_length is not None and self.max_completion_length < 1:
+            _fail("max_completion_length", self.max_completion_length, "an integer >= 1")
 
     def _validate_generation_fields(self) -> None:
         if self.generation_max_retries is not None and self.generation_max_retries < 0:

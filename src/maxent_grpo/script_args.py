@@ -19,6 +19,7 @@ from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.demo import vowel_dataset
 from maxent_grpo.rewards import REWARDS
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
+from maxent_grpo.usage_error import UsageError
 
 TINY_MODEL = "tiny"
 VOWELS_DATASET = "vowels"
@@ -35,10 +36,6 @@ _TRL_REWARD_KWARGS = {
     "environments",
 }
 _DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
-
-
-class UsageError(Exception):
-    """Input that cannot be used (a bad field, file, data set, model or reward name); its message is one sentence."""
 
 
 @dataclass
@@ -59,7 +56,19 @@ class TrainScriptArguments:
         },
     )
     reward_funcs: list[str] = field(
-        metadata={"help": f"Reward functions by name, one or more of {sorted(REWARDS)} (see maxent_grpo.rewards)."},
+        default_factory=list,
+        metadata={
+            "help": f"Reward functions: names from {sorted(REWARDS)} (see maxent_grpo.rewards) or dotted paths to "
+            "your own, 'package.module.function' or 'package.module:function' (the module on the working directory "
+            "or installed)."
+        },
+    )
+    reward_model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A reward model (Hub name or local directory), loaded as a sequence-classification model with "
+            "one label, as TRL's grpo script does; scored before the reward functions."
+        },
     )
     dataset_config: str | None = field(
         default=None, metadata={"help": "Configuration name of the data set (the `name` of `datasets.load_dataset`)."}
@@ -85,14 +94,6 @@ class TrainScriptArguments:
             "'vowels')."
         },
     )
-
-
-def load_reward_funcs(names: list[str]) -> list[Callable[..., list[float]]]:
-    """The reward functions registered under `names` in `maxent_grpo.rewards.REWARDS`."""
-    unknown = [name for name in names if name not in REWARDS]
-    if unknown:
-        raise UsageError(f"unknown reward function {unknown[0]!r}: expected names from {sorted(REWARDS)}")
-    return [REWARDS[name] for name in names]
 
 
 def load_train_dataset(args: TrainScriptArguments) -> Dataset:
@@ -141,9 +142,11 @@ def _rename_column(dataset: Dataset, source: str, target: str, name: str) -> Dat
     return dataset.rename_column(source, target)
 
 
-def check_reward_columns(reward_funcs: list[Callable[..., list[float]]], dataset: Dataset) -> None:
+def check_reward_columns(reward_funcs: list[Callable[..., list[float]] | str], dataset: Dataset) -> None:
     """Every column a reward function requires (a parameter without a default) must be in the data set."""
     for func in reward_funcs:
+        if isinstance(func, str):  # a reward model reads the prompts and completions only
+            continue
         for parameter in inspect.signature(func).parameters.values():
             required = parameter.default is inspect.Parameter.empty and parameter.kind in (
                 inspect.Parameter.POSITIONAL_OR_KEYWORD,

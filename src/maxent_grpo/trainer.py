@@ -7,6 +7,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -18,6 +19,7 @@ from trl.trainer.utils import nanmax, nanmin, nanstd
 
 from maxent_grpo.config import maxent_config_from
 from maxent_grpo.listwise import ListwiseObjective
+from maxent_grpo.save_errors import WRITE_ERRORS, SaveError, save_error
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, RefillOutcome
 from maxent_grpo.training.generation.backends import (
     GenerationBackend,
@@ -37,6 +39,11 @@ logger = logging.getLogger(__name__)
 
 CONTROLLER_STATE_FILE = "maxent_controllers.json"
 
+
+class NoUsableGenerationError(RuntimeError):
+    """Training stopped, or ended, without one usable prompt group: the model was not trained on anything."""
+
+
 #: TRL loss types whose normaliser is per micro-batch (rows, or tokens for bnpo), see `_close_window`.
 PER_MICRO_BATCH_LOSSES = frozenset({"grpo", "bnpo", "dr_grpo", "sapo", "luspo"})
 
@@ -54,7 +61,11 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     - `_compute_loss`: TRL's loss, normalisers and metrics on the kept rows of each micro-batch only.
     - `_clip_grad_norm` / `_get_grad_norm`: close each optimizer window before clipping: no gradient when no
       micro-batch held a kept row (no parameter changes), else a mean over the micro-batches that held some.
-    - `_save_checkpoint` / `_load_optimizer_and_scheduler`: controller state travels with checkpoints.
+    - `train`: a run in which every generation batch was dropped raises `NoUsableGenerationError` at its end
+      instead of returning as if it had trained.
+    - `_save_checkpoint` / `_load_optimizer_and_scheduler`: controller state travels with checkpoints; a checkpoint
+      whose saving failed (full disk, Ctrl-C) is removed rather than left looking complete, and a write failure is
+      raised as `SaveError`.
 
     Args:
         generation_backend: any object implementing `GenerationBackend`. When None, the trainer builds the built-in
@@ -103,6 +114,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._last_completion_ids: list[list[int]] = []
         self._last_rewards_per_func: torch.Tensor | None = None
         self._consecutive_empty_batches = 0
+        self._train_batches = {"generated": 0, "kept": 0}  # generation batches of the current `train` call
         self._window_units = 0  # (process, micro-batch) pairs with a kept row in this optimizer window
         self._vocab_size = len(self._tokenizer)
         self.reward_funcs = [
@@ -129,6 +141,22 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             error_at_cap=self.args.dynamic_sampling_at_cap == "error",
             seed=self.args.seed,
         )
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """TRL's `train`; raises `NoUsableGenerationError` when every generation batch of the run was dropped.
+
+        Fewer empty batches than `generation_max_consecutive_empty_batches` do not stop a run, so a short run could
+        otherwise end normally, and save, without a single parameter update.
+        """
+        self._train_batches = {"generated": 0, "kept": 0}
+        output = super().train(*args, **kwargs)
+        generated = self._train_batches["generated"]
+        if generated and not self._train_batches["kept"]:
+            raise NoUsableGenerationError(
+                f"every one of the {generated} generation batches of this run was dropped (no prompt group came back "
+                "complete after retries), so no parameter was updated; the warnings above name the causes"
+            )
+        return output
 
     # ----------------------------------------------------------------------------------------------- backends
     def _default_backend(self) -> GenerationBackend:
@@ -230,7 +258,11 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._last_completion_texts = rows.texts
         self._last_completion_ids = rows.completion_ids
         self._log_generation_metrics(mode, step.metrics(batch, agreement, self._stop_ids))
-        if not bool(agreement.group_kept.any()):
+        kept_any = bool(agreement.group_kept.any())
+        if mode == "train":
+            self._train_batches["generated"] += 1
+            self._train_batches["kept"] += int(kept_any)
+        if not kept_any:
             self._on_empty_batch(mode, len(agreement.group_kept), batch.reasons)
         elif mode == "train":
             self._consecutive_empty_batches = 0
@@ -304,7 +336,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._consecutive_empty_batches += 1
         limit = self.args.generation_max_consecutive_empty_batches
         if self._consecutive_empty_batches >= limit:
-            raise RuntimeError(
+            raise NoUsableGenerationError(
                 f"Generation produced no usable prompt group in {self._consecutive_empty_batches} consecutive batches "
                 f"(generation_max_consecutive_empty_batches={limit}); stopping instead of training on nothing. "
                 f"Last causes on this process: {causes}."
@@ -499,15 +531,28 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------------------------------- checkpoints
     def _save_checkpoint(self, model, trial) -> None:
         """Also write one JSON file: the listwise controllers' state at its top level, the dynamic sampler's under
-        its own key (each only when in use)."""
+        its own key (each only when in use). A checkpoint folder this call created is removed when saving fails, so
+        that a partial checkpoint never looks like one to resume from."""
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        existed = os.path.exists(folder)
+        try:
+            self._save_checkpoint_files(model, trial, folder)
+        except BaseException as error:  # also KeyboardInterrupt: re-raised once the partial folder is gone
+            failure = None
+            if isinstance(error, WRITE_ERRORS) and not isinstance(error, SaveError):  # free space measured first
+                failure = save_error(f"checkpoint {folder} (the partial folder was removed)", folder, error)
+            if not existed and self.args.should_save:
+                shutil.rmtree(folder, ignore_errors=True)
+            if failure is not None:
+                raise failure from error
+            raise
+
+    def _save_checkpoint_files(self, model, trial, folder: str) -> None:
         super()._save_checkpoint(model, trial)
         state = {} if self.listwise is None else self.listwise.state_dict(self)
         if self.dynamic_sampler is not None:
             state[DynamicSampler.checkpoint_key] = self.dynamic_sampler.state_dict()
         if state and self.args.should_save:
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
             with open(os.path.join(folder, CONTROLLER_STATE_FILE), "w") as handle:
                 json.dump(state, handle)
 

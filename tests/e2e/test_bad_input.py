@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import datasets
 import pytest
 
 from maxent_grpo.cli import main
+from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 from tests.e2e.cli_runner import DEMO_RECIPE, offline_env, run_cli
 
 
@@ -113,3 +116,174 @@ def test_console_script_reports_bad_input_in_one_line(tmp_path):
         result.stderr.strip() == "maxent-grpo train: error: maxent_tau=-1.0 is invalid: expected a finite number >= 0."
     )
     assert result.stdout == ""
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The same promise checked on the console script itself, as a user runs it: each case below is one `maxent-grpo`
+# subprocess (run a few at a time), whose exit code and whole stderr are checked.
+
+
+def _jsonl(path: Path, rows: list) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def _bytes(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+def _tiny_model_without_chat_template(path: Path) -> str:
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.chat_template = None
+    build_tiny_model(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def _module(path: Path, dotted_path: str) -> str:
+    """An empty module at ``path``; returns ``dotted_path``."""
+    path.write_text("")
+    return dotted_path
+
+
+def _folder(path: Path) -> str:
+    path.mkdir()
+    return str(path)
+
+
+def _recipe_bytes(path: Path, data: bytes) -> str:
+    return _bytes(path, DEMO_RECIPE.read_bytes() + data)
+
+
+def _chat_prompts_and_a_model_without_chat_template(scratch: Path) -> list[str]:
+    prompts = _jsonl(scratch / "chat.jsonl", [{"prompt": [{"role": "user", "content": "pick a vowel:"}]}] * 16)
+    return ["--dataset_name", prompts, "--model_name_or_path", _tiny_model_without_chat_template(scratch / "model")]
+
+
+HUGE_BATCH = [
+    "--num_generations", "1000000", "--per_device_train_batch_size", "1000000", "--max_completion_length", "100000"
+]  # fmt: skip
+QUICK = [*TRAIN, "--max_steps", "1"]
+
+# (case id, argv builder taking a scratch folder, text the error line must contain); the subprocess runs in the
+# scratch folder.
+SUBPROCESS_CASES = [
+    # Own reward functions and reward models (issue item 1)
+    ("reward-module-missing", lambda t: [*TRAIN, "--reward_funcs", "no_such_module.reward"], "'no_such_module'"),
+    (
+        "reward-attribute-missing",
+        lambda t: [*TRAIN, "--reward_funcs", _module(t / "my_rewards.py", "my_rewards:nope")],
+        "has no attribute 'nope'",
+    ),
+    ("reward-not-a-name", lambda t: [*TRAIN, "--reward_funcs", "contains_digit"], "or a dotted path"),
+    (
+        "reward-model-missing",
+        lambda t: [*TRAIN, "--reward_model_name_or_path", "./no-reward-model"],
+        "reward model './no-reward-model': no such file or directory",
+    ),
+    # Prompts that cannot be generated from (item 2)
+    (
+        "integer-prompts",
+        lambda t: [*TRAIN, "--dataset_name", _jsonl(t / "ints.jsonl", [{"prompt": 5}, {"prompt": 6}])],
+        "the prompt of row 0 is 5, of type int",
+    ),
+    (
+        "chat-prompts-without-chat-template",
+        lambda t: [*QUICK, *_chat_prompts_and_a_model_without_chat_template(t)],
+        "has no chat template",
+    ),
+    # Tracebacks that become one line (item 3)
+    ("recipe-not-utf8", lambda t: ["train", "--config", _recipe_bytes(t / "r.yaml", b"# \xff\xfe\n")], "not UTF-8"),
+    ("empty-jsonl", lambda t: [*TRAIN, "--dataset_name", _bytes(t / "empty.jsonl", b"")], "empty.jsonl' is empty"),
+    (
+        "jsonl-not-utf8",
+        lambda t: [*TRAIN, "--dataset_name", _bytes(t / "latin.jsonl", b'{"prompt": "a"}\n{"prompt": "\xe9"}\n')],
+        "is not UTF-8 text: line 2 holds the byte 0xe9",
+    ),
+    (
+        "malformed-jsonl",
+        lambda t: [*TRAIN, "--dataset_name", _bytes(t / "bad.jsonl", b'{"prompt": "a"}\n{"prompt": \n')],
+        "cannot read dataset",
+    ),
+    (
+        "folder-without-model-config",
+        lambda t: [*TRAIN, "--model_name_or_path", _folder(t / "out")],
+        "holds no config.json",
+    ),
+    ("max-completion-length-0", lambda t: [*TRAIN, "--max_completion_length", "0"], "max_completion_length=0"),
+    ("negative-learning-rate", lambda t: [*TRAIN, "--learning_rate", "-0.01"], "learning_rate=-0.01 is invalid"),
+    ("nan-learning-rate", lambda t: [*TRAIN, "--learning_rate", "nan"], "learning_rate=nan is invalid"),
+    ("batch-size-0", lambda t: [*TRAIN, "--per_device_train_batch_size", "0"], "per_device_train_batch_size=0"),
+    ("output-dir-is-a-file", lambda t: [*TRAIN, "--output_dir", _write(t / "f", "")], "is a file"),
+    ("demo-output-dir-is-a-file", lambda t: ["demo", "--output-dir", _write(t / "f", "")], "is a file"),
+    (
+        "eval-without-eval-data",
+        lambda t: [*TRAIN, "--eval_strategy", "steps", "--per_device_eval_batch_size", "16"],
+        "eval_strategy='steps' needs evaluation data",
+    ),
+    # Nonsense values (item 4)
+    ("negative-beta", lambda t: [*TRAIN, "--beta", "-0.5"], "beta=-0.5 is invalid"),
+    (
+        "batch-larger-than-dataset",
+        lambda t: [*TRAIN, "--dataset_num_prompts", "2", "--num_generations", "4"],
+        "one generation batch needs 4 distinct prompts",
+    ),
+    (
+        "logits-larger-than-memory",
+        lambda t: [*TRAIN, *HUGE_BATCH],
+        "the logits of one micro-batch need",
+    ),
+    # Misleading look-ups (item 5)
+    ("dot-slash-missing-file", lambda t: [*TRAIN, "--dataset_name", "./nosuch.jsonl"], "no such file or directory"),
+    ("bare-missing-file", lambda t: [*TRAIN, "--dataset_name", "maths.jsonl"], "'maths.jsonl': no such file"),
+    (
+        "uncached-model-offline",
+        lambda t: [*TRAIN, "--model_name_or_path", "my-tiny-lama"],
+        "not in the Hub cache; offline mode is on (HF_HUB_OFFLINE)",
+    ),
+]
+if importlib.util.find_spec("wandb") is None:
+    SUBPROCESS_CASES.append(
+        ("report-to-missing-integration", lambda t: [*TRAIN, "--report_to", "wandb"], "needs the wandb package")
+    )
+
+
+@pytest.fixture(scope="module")
+def subprocess_results(tmp_path_factory) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Every case of `SUBPROCESS_CASES` run as ``maxent-grpo`` in its own scratch folder, a few at a time."""
+    root = tmp_path_factory.mktemp("bad-input")
+    env = offline_env(root)
+
+    def run_case(case_id, argv):
+        scratch = root / case_id
+        scratch.mkdir()
+        return run_cli(argv(scratch), env, cwd=scratch)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {case_id: pool.submit(run_case, case_id, argv) for case_id, argv, _ in SUBPROCESS_CASES}
+        return {case_id: future.result() for case_id, future in futures.items()}
+
+
+@pytest.mark.parametrize(
+    ("case_id", "expected"), [(c[0], c[2]) for c in SUBPROCESS_CASES], ids=[c[0] for c in SUBPROCESS_CASES]
+)
+def test_console_script_exits_2_with_one_line(case_id, expected, subprocess_results):
+    result = subprocess_results[case_id]
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith("maxent-grpo ") and "error:" in lines[0] and expected in lines[0], lines[0]
+
+
+def test_unreachable_hub_fails_at_once_without_retries(tmp_path):
+    env = offline_env(tmp_path, HF_ENDPOINT="http://127.0.0.1:9")  # nothing listens on the discard port
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        env.pop(name, None)
+    result = run_cli([*TRAIN, "--dataset_name", "no-such-org/maths"], env)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip() == (
+        "maxent-grpo train: error: cannot load dataset 'no-such-org/maths': no local file or directory of that name, "
+        "and the Hugging Face Hub cannot be asked: http://127.0.0.1:9 is unreachable (ConnectionError); set "
+        "HF_HUB_OFFLINE=1 to use the local Hub cache"
+    )

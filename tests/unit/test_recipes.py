@@ -14,12 +14,12 @@ from accelerate.utils import DistributedType
 from maxent_grpo import demo
 from maxent_grpo.cli import parse_train_args
 from maxent_grpo.config import MaxEntGRPOConfig
+from maxent_grpo.reward_loading import load_reward_funcs
 from maxent_grpo.rewards import REWARDS
 from maxent_grpo.script_args import (
     TrainScriptArguments,
     check_reward_columns,
     load_model,
-    load_reward_funcs,
     load_train_dataset,
 )
 
