@@ -1,7 +1,8 @@
 """The `maxent-grpo` command: `demo`, `train`, `bench` and `config-reference`.
 
 `train` reads a YAML recipe and `--field value` overrides the way TRL's scripts do (`TrlParser`): every field of
-`MaxEntGRPOConfig` plus the script arguments of `TrainScriptArguments`, command-line values winning over the recipe.
+`TrainScriptArguments` (TRL's `ScriptArguments` plus the reward and column fields), `MaxEntGRPOConfig` and TRL's
+`ModelConfig`, command-line values winning over the recipe.
 Input that cannot be used ends the command with one line on stderr and exit code 2; anything else is a bug and keeps
 its traceback.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
-from trl import TrlParser
+from trl import ModelConfig, TrlParser
 
 from maxent_grpo import config_reference, demo
 from maxent_grpo import script_args as inputs
@@ -41,15 +42,17 @@ class _ArgumentParser(argparse.ArgumentParser):
 
 # ---------------------------------------------------------------------------------------------------------- train
 class _RecipeParser(TrlParser):
-    """TRL's parser over the train script arguments and `MaxEntGRPOConfig`; bad arguments raise `UsageError`."""
+    """TRL's parser over the train script arguments, `MaxEntGRPOConfig` and `ModelConfig`; bad arguments raise
+    `UsageError`."""
 
     def __init__(self) -> None:
         super().__init__(
-            (TrainScriptArguments, MaxEntGRPOConfig),
+            (TrainScriptArguments, MaxEntGRPOConfig, ModelConfig),
             prog=f"{PROG} train",
             description="Train with MaxEntGRPOTrainer. '--config recipe.yaml' reads field: value pairs from a YAML "
-            "recipe; '--field value' arguments override them. Fields: the script arguments below, then every field "
-            "of MaxEntGRPOConfig (TRL's GRPOConfig plus the MaxEnt and generation fields).",
+            "recipe; '--field value' arguments override them. Fields: the script arguments below, every field of "
+            "MaxEntGRPOConfig (TRL's GRPOConfig plus the MaxEnt and generation fields), then TRL's ModelConfig "
+            "(model_name_or_path, dtype, attn_implementation, model_revision, use_peft and the LoRA fields).",
         )
 
     def error(self, message: str) -> NoReturn:
@@ -116,15 +119,15 @@ def _apply_recipe(parser: _RecipeParser, path: str) -> None:
     for key, value in recipe.items():
         if key not in actions or key == "help":
             raise UsageError(
-                f"unknown field {key!r} in recipe {path!r}: not a field of MaxEntGRPOConfig or of the train script "
-                "arguments (maxent-grpo train --help lists them)"
+                f"unknown field {key!r} in recipe {path!r}: not a field of MaxEntGRPOConfig, ModelConfig or the "
+                "train script arguments (maxent-grpo train --help lists them)"
             )
         defaults[key] = _recipe_value(actions[key], key, value, path)
     parser.set_defaults_with_config(**defaults)
 
 
-def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntGRPOConfig]:
-    """`(TrainScriptArguments, MaxEntGRPOConfig)` from ``[--config recipe.yaml] [--field value ...]``.
+def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntGRPOConfig, ModelConfig]:
+    """`(TrainScriptArguments, MaxEntGRPOConfig, ModelConfig)` from ``[--config recipe.yaml] [--field value ...]``.
 
     Raises:
         UsageError: missing or malformed recipe, unknown field, value of the wrong type, or a value the config
@@ -139,31 +142,41 @@ def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntG
         _apply_recipe(parser, args[index + 1])
         del args[index : index + 2]
     try:
-        script_args, config, remaining = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
-    except ValueError as error:  # a dataclass's own validation (MaxEntGRPOConfig, GRPOConfig, TrainingArguments)
+        script_args, config, model_args, remaining = parser.parse_args_into_dataclasses(
+            args=args, return_remaining_strings=True
+        )
+    except ValueError as error:  # a dataclass's own validation (MaxEntGRPOConfig, TrainingArguments, ModelConfig)
         raise UsageError(str(error)) from error
     if remaining:
         raise UsageError(
-            f"unknown argument {remaining[0]!r}: not a field of MaxEntGRPOConfig or of the train script arguments "
-            "(maxent-grpo train --help lists them)"
+            f"unknown argument {remaining[0]!r}: not a field of MaxEntGRPOConfig, ModelConfig or the train script "
+            "arguments (maxent-grpo train --help lists them)"
         )
-    return script_args, config
+    inputs.check_required(script_args, model_args)
+    return script_args, config, model_args
 
 
 def _train(argv: Sequence[str]) -> int:
     # Dotted paths (a custom maxent_mode_key) resolve from the working directory too, as in TRL's scripts.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    script_args, config = parse_train_args(argv)
+    script_args, config, model_args = parse_train_args(argv)
     reward_funcs = inputs.load_reward_funcs(script_args.reward_funcs)
     inputs.check_generation_backend(config)
-    inputs.check_resume_checkpoint(config)
+    inputs.check_streaming(script_args, config)
+    inputs.resolve_resume_checkpoint(config)
     dataset = inputs.load_train_dataset(script_args)
+    eval_dataset = inputs.load_eval_dataset(script_args, config)
     inputs.check_reward_columns(reward_funcs, dataset)
-    model, tokenizer = inputs.load_model(script_args, config)
     trainer = MaxEntGRPOTrainer(
-        model=model, reward_funcs=reward_funcs, args=config, train_dataset=dataset, processing_class=tokenizer
+        reward_funcs=reward_funcs,
+        args=config,
+        train_dataset=dataset,
+        eval_dataset=eval_dataset,
+        **inputs.load_model(model_args, config),
     )
+    if script_args.ignore_bias_buffers:
+        inputs.ignore_bool_buffers(trainer.model)
     trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     trainer.save_model(config.output_dir)
     trainer.accelerator.print(f"Model saved to {config.output_dir}")

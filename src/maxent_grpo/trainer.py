@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -28,6 +29,7 @@ from maxent_grpo.training.generation.completion_format import format_completions
 from maxent_grpo.training.generation.rows import GeneratedRows
 from maxent_grpo.training.generation.step import Collectives, GenerationStep, GroupAgreement, StepMetrics
 from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
+from maxent_grpo.training.reference_model import built_in_process, reference_from_policy
 from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning
 
 logger = logging.getLogger(__name__)
@@ -78,7 +80,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                     f"MaxEntGRPOTrainer does not support `{unsupported}`: its generation step is the backend + "
                     "retry/drop pipeline. Use a custom `generation_backend` instead."
                 )
-        super().__init__(*positional, **kwargs)
+        # TRL builds the reference model (beta != 0) by name only; a model built in-process gets its copy instead.
+        with reference_from_policy(model) if built_in_process(model) else contextlib.nullcontext():
+            super().__init__(*positional, **kwargs)
         if self.use_vllm and self.vllm_mode == "colocate" and self.args.vllm_tensor_parallel_size > 1:
             raise ValueError("vllm_tensor_parallel_size > 1 is not supported by MaxEntGRPOTrainer's colocate backend.")
         if generation_backend is not None and not isinstance(generation_backend, GenerationBackend):
@@ -490,6 +494,31 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             )
             with open(os.path.join(folder, CONTROLLER_STATE_FILE), "w") as handle:
                 json.dump(state, handle)
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """Transformers' warning, less the tied weights a checkpoint rightly leaves out.
+
+        A tied parameter (`lm_head.weight` sharing `model.embed_tokens.weight`) is saved once, so loading a
+        checkpoint reports it missing. Transformers' check only knows `_keys_to_ignore_on_save`, empty for tied models
+        since transformers 5, and so warns "There were missing keys in the checkpoint model loaded:
+        ['lm_head.weight']" on every resume although nothing is lost. A missing key is left out of the warning only
+        when it is a tied parameter that really is the same tensor as a parameter that was loaded.
+        """
+        tied = getattr(self.model, "all_tied_weights_keys", None) or {}
+        parameters = dict(self.model.named_parameters(remove_duplicate=False))
+        missing = set(load_result.missing_keys)
+
+        def restored_by_tie(key: str) -> bool:
+            source = tied.get(key)
+            return (
+                source is not None
+                and source not in missing
+                and key in parameters
+                and parameters[key] is parameters.get(source)
+            )
+
+        kept = [key for key in load_result.missing_keys if not restored_by_tie(key)]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=kept))
 
     def _load_optimizer_and_scheduler(self, checkpoint) -> None:
         """Also restore what `_save_checkpoint` wrote (a file holding only listwise keys reads the same way)."""

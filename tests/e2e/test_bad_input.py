@@ -48,7 +48,17 @@ CASES = [
     ("missing-recipe", lambda t: ["train", "--config", str(t / "missing.yaml")], "missing.yaml"),
     ("recipe-not-yaml", lambda t: ["train", "--config", _recipe_with(t, "- a list item\n")], "not valid YAML"),
     ("recipe-not-a-mapping", lambda t: ["train", "--config", _write(t / "list.yaml", "- a\n- b\n")], "mapping"),
-    ("missing-required", lambda t: ["train", "--dataset_name", "vowels"], "--model_name_or_path"),
+    ("missing-required", lambda t: ["train", "--dataset_name", "vowels"], "--reward_funcs"),
+    (
+        "missing-model",
+        lambda t: ["train", "--dataset_name", "vowels", "--reward_funcs", "vowel_start", "--use_cpu", "true"],
+        "required: --model_name_or_path",
+    ),
+    (
+        "missing-model-and-dataset",
+        lambda t: ["train", "--reward_funcs", "vowel_start", "--use_cpu", "true"],
+        "required: --model_name_or_path, --dataset_name",
+    ),
     (
         "dataset-without-prompt-column",
         lambda t: [*TRAIN, "--dataset_name", _prompts_without_prompt_column(t)],
