@@ -70,6 +70,11 @@ def resolve_resume_checkpoint(value: str | None, output_dir: str) -> str | None:
             f"resume_from_checkpoint={value!r}: no complete checkpoint in {str(folder)!r} (every checkpoint-<step> "
             f"folder lacks {TRAINER_STATE_NAME}: their saves did not finish)"
         )
+    if value.strip().lower() in _TRUE:
+        raise CheckpointNotFoundError(
+            f"resume_from_checkpoint={value!r}: output_dir {str(folder)!r} holds no checkpoint-<step> folder to "
+            "resume from"
+        )
     raise CheckpointNotFoundError(
         f"resume_from_checkpoint={value!r}: {str(folder)!r} is not a checkpoint (no {TRAINER_STATE_NAME}) and holds "
         "no checkpoint-<step> folder"

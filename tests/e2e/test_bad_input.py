@@ -28,7 +28,20 @@ def _prompts_without_prompt_column(tmp_path: Path) -> str:
     return str(path)
 
 
+def _prompts(tmp_path: Path) -> str:
+    return _write(tmp_path / "prompts.jsonl", "\n".join(json.dumps({"prompt": f"q{i}:"}) for i in range(4)))
+
+
+def _partial_checkpoint(tmp_path: Path) -> str:
+    """An output_dir whose only checkpoint was cut short: weights written, no trainer_state.json."""
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_bytes(b"")
+    return str(tmp_path / "run")
+
+
 TRAIN = ["train", "--config", str(DEMO_RECIPE)]
+_EVAL = ["--eval_strategy", "steps", "--eval_steps", "1", "--per_device_eval_batch_size", "16"]
 
 # (case id, argv builder taking tmp_path, text the error line must contain)
 CASES = [
@@ -82,6 +95,44 @@ CASES = [
         lambda t: [*TRAIN, "--resume_from_checkpoint", str(t / "checkpoint-9")],
         "resume_from_checkpoint=",
     ),
+    (
+        "resume-true-without-checkpoint",
+        lambda t: [*TRAIN, "--output_dir", str(t), "--resume_from_checkpoint", "true"],
+        "holds no checkpoint-<step> folder to resume from",
+    ),
+    (
+        "resume-only-partial-checkpoints",
+        lambda t: [*TRAIN, "--resume_from_checkpoint", _partial_checkpoint(t)],
+        "no complete checkpoint in",
+    ),
+    (
+        "resume-a-partial-checkpoint",
+        lambda t: [*TRAIN, "--resume_from_checkpoint", str(Path(_partial_checkpoint(t)) / "checkpoint-2")],
+        "is not a checkpoint (no trainer_state.json)",
+    ),
+    (
+        "eval-split-missing",
+        lambda t: [*TRAIN, *_EVAL, "--dataset_name", _prompts(t)],
+        "(split 'test')",
+    ),
+    (
+        "streaming-without-max-steps",
+        lambda t: [*TRAIN, "--dataset_name", _prompts(t), "--dataset_streaming", "true", "--max_steps", "-1"],
+        "dataset_streaming=True needs max_steps",
+    ),
+    (
+        "streaming-with-dynamic-sampling",
+        lambda t: [*TRAIN, "--dataset_name", _prompts(t), "--dataset_streaming", "true", "--dynamic_sampling", "true"],
+        "cannot be combined with dynamic_sampling",
+    ),
+    ("quantized-tiny-model", lambda t: [*TRAIN, "--load_in_4bit", "true"], "the 'tiny' model is built in-process"),
+    (
+        "4-and-8-bit",
+        lambda t: [*TRAIN, "--load_in_4bit", "true", "--load_in_8bit", "true"],
+        "can't use 8 bit and 4 bit precision at the same time",
+    ),
+    ("unknown-attention", lambda t: [*TRAIN, "--attn_implementation", "nope"], "attn_implementation='nope'"),
+    ("unknown-dtype", lambda t: [*TRAIN, "--dtype", "float8"], "invalid choice: 'float8'"),
     ("demo-steps", lambda t: ["demo", "--steps", "0"], "--steps 0"),
     ("demo-unknown-flag", lambda t: ["demo", "--fast"], "--fast"),
     ("unknown-command", lambda t: ["fly"], "'fly'"),
