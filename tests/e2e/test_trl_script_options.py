@@ -60,10 +60,13 @@ def test_lora_with_an_eval_split(tmp_path):
     assert not (tmp_path / "run" / "model.safetensors").exists()
 
 
-def test_streamed_dataset_and_model_dtype(tmp_path):
+def test_local_model_with_loading_options_on_a_streamed_dataset(tmp_path, tiny_model_dir):
     result = _train(
-        tmp_path, "--dataset_name", _prompts(tmp_path, 64), "--dataset_streaming", "true", "--dtype", "bfloat16"
-    )
+        tmp_path,
+        "--model_name_or_path", str(tiny_model_dir),
+        "--model_revision", "main", "--dtype", "bfloat16", "--attn_implementation", "eager",
+        "--dataset_name", _prompts(tmp_path, 64), "--dataset_streaming", "true",
+    )  # fmt: skip
     assert len([log for log in _logs(result.stdout) if "reward" in log]) == 2
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert config["dtype"] == "bfloat16"
+    assert config["dtype"] == "bfloat16"  # loaded (and trained) in the dtype asked for
