@@ -43,7 +43,6 @@ import math
 import statistics
 import tempfile
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -245,7 +244,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the experiment, print the summary, write the JSON and the PNG; return the JSON's content."""
     args = parse_args(argv)
     hf_logging.set_verbosity_error()
-    warnings.filterwarnings("ignore", category=FutureWarning)
     args.output_dir.mkdir(parents=True, exist_ok=True)
 
     runs: list[dict[str, Any]] = []

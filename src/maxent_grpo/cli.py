@@ -13,7 +13,6 @@ import argparse
 import gc
 import os
 import sys
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -291,8 +290,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("command", choices=list(COMMANDS), metavar="command", help="one of the commands above")
     parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    if not sys.warnoptions:  # upstream deprecation notices (FutureWarning) stay quiet unless asked for with -W
-        warnings.simplefilter("ignore", FutureWarning)
     argv = sys.argv[1:] if argv is None else list(argv)
     prog = PROG
     try:
