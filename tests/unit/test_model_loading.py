@@ -6,7 +6,7 @@ import torch
 from peft import LoraConfig
 from trl import ModelConfig
 
-from maxent_grpo.script_args import load_model
+from maxent_grpo.script_args import ignore_bool_buffers, load_model
 from tests.support.training import tiny_config
 
 
@@ -41,3 +41,11 @@ def test_named_model_is_loaded_by_trl_with_the_model_init_kwargs(tmp_path, tiny_
         "dtype": "bfloat16",
         "low_cpu_mem_usage": True,
     }
+
+
+def test_ignore_bias_buffers_hides_boolean_buffers_from_ddp():
+    model = torch.nn.Linear(2, 2)
+    model.register_buffer("causal_mask", torch.ones(2, 2, dtype=torch.bool))
+    model.register_buffer("scale", torch.ones(2))
+    ignore_bool_buffers(model)
+    assert model._ddp_params_and_buffers_to_ignore == ["causal_mask"]
