@@ -31,15 +31,19 @@ def is_complete(checkpoint: Path) -> bool:
 
 def latest_complete_checkpoint(folder: Path) -> Path | None:
     """The `checkpoint-<step>` folder of ``folder`` with the highest step that is complete; partial ones above it are
-    skipped with a warning. None when there is no complete one."""
+    skipped with a warning each. None (and no warning) when there is no complete one."""
+    skipped: list[Path] = []
     for checkpoint in reversed([Path(path) for path in sort_checkpoints(str(folder))]):
         if is_complete(checkpoint):
+            for partial in skipped:
+                logger.warning(
+                    "Skipping %s: it has no %s (its save did not finish); resuming from %s.",
+                    partial,
+                    TRAINER_STATE_NAME,
+                    checkpoint.name,
+                )
             return checkpoint
-        logger.warning(
-            "Skipping %s: it has no %s (its save did not finish); resuming from an earlier checkpoint.",
-            checkpoint,
-            TRAINER_STATE_NAME,
-        )
+        skipped.append(checkpoint)
     return None
 
 

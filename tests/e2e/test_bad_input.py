@@ -167,6 +167,16 @@ def test_vllm_requested_but_not_installed(capsys):
     assert len(err.strip().splitlines()) == 1 and "use_vllm=True" in err and "vLLM" in err, err
 
 
+def test_only_partial_checkpoints_is_one_line_from_the_console_script(tmp_path):
+    result = run_cli([*TRAIN, "--resume_from_checkpoint", _partial_checkpoint(tmp_path)], offline_env(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"maxent-grpo train: error: resume_from_checkpoint={str(tmp_path / 'run')!r}: no complete checkpoint in "
+        f"{str(tmp_path / 'run')!r} (every checkpoint-<step> folder lacks trainer_state.json: their saves did not "
+        "finish)"
+    )
+
+
 def test_console_script_reports_bad_input_in_one_line(tmp_path):
     result = run_cli([*TRAIN, "--maxent_tau", "-1"], offline_env(tmp_path))
     assert result.returncode == 2
