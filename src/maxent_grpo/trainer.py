@@ -8,6 +8,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from trl.trainer.utils import nanmax, nanmin, nanstd
 
 from maxent_grpo.config import maxent_config_from
 from maxent_grpo.listwise import ListwiseObjective
+from maxent_grpo.resume import latest_complete_checkpoint
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, RefillOutcome
 from maxent_grpo.training.generation.backends import (
     GenerationBackend,
@@ -54,6 +56,11 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     - `_clip_grad_norm` / `_get_grad_norm`: close each optimizer window before clipping: no gradient when no
       micro-batch held a kept row (no parameter changes), else a mean over the micro-batches that held some.
     - `_save_checkpoint` / `_load_optimizer_and_scheduler`: controller state travels with checkpoints.
+    - `train`: ``resume_from_checkpoint=True`` takes the latest *complete* checkpoint (partial ones skipped).
+    - `_issue_warnings_after_load`: no "missing keys" warning for tied weights a checkpoint rightly leaves out.
+
+    With ``beta != 0``, a model built in-process (no name to load it again) gets its copy as the reference model,
+    where TRL can only load the reference by name (see `maxent_grpo.training.reference_model`).
 
     Args:
         generation_backend: any object implementing `GenerationBackend`. When None, the trainer builds the built-in
@@ -494,6 +501,20 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             )
             with open(os.path.join(folder, CONTROLLER_STATE_FILE), "w") as handle:
                 json.dump(state, handle)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
+        """`Trainer.train`, but ``resume_from_checkpoint=True`` skips checkpoints whose save did not finish.
+
+        Transformers resumes from the highest `checkpoint-<step>` of `output_dir` even without its
+        `trainer_state.json` (a save cut short by a full disk or a killed job) and then fails after loading the
+        weights; here such a checkpoint is skipped with a warning and the latest complete one is used.
+        """
+        if resume_from_checkpoint is True:
+            checkpoint = latest_complete_checkpoint(Path(self.args.output_dir))
+            if checkpoint is None:
+                raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir}).")
+            resume_from_checkpoint = str(checkpoint)
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         """Transformers' warning, less the tied weights a checkpoint rightly leaves out.
