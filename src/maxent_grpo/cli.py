@@ -1,11 +1,12 @@
 """The `maxent-grpo` command: `demo`, `train`, `bench` and `config-reference`.
 
 `train` reads a YAML recipe and `--field value` overrides the way TRL's scripts do (`TrlParser`): every field of
-`MaxEntGRPOConfig` plus the script arguments of `TrainScriptArguments`, command-line values winning over the recipe.
-Input that cannot be used ends the command with one line on stderr and exit code 2, a run whose every generation
-batch was dropped with one line and exit code 1, Ctrl-C with one line naming the checkpoint to resume from and exit
-code 130; anything else is a bug and keeps its traceback. The heavy modules (torch, transformers, TRL's trainer) are
-imported by the command that needs them, so that `maxent-grpo --help` answers at once.
+`TrainScriptArguments` (TRL's `ScriptArguments` plus the reward and column fields), `MaxEntGRPOConfig` and TRL's
+`ModelConfig`, command-line values winning over the recipe. Input that cannot be used ends the command with one line
+on stderr and exit code 2, a run whose every generation batch was dropped with one line and exit code 1, Ctrl-C with
+one line naming the checkpoint to resume from and exit code 130; anything else is a bug and keeps its traceback. The
+heavy modules (torch, transformers, TRL's trainer) are imported by the command that needs them, so that
+`maxent-grpo --help` answers at once.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ import argparse
 import gc
 import os
 import sys
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
-from trl import TrlParser
+from trl import ModelConfig, TrlParser
 
 from maxent_grpo.ansi_free_output import strip_ansi_when_redirected
 from maxent_grpo.usage_error import UsageError
@@ -44,18 +44,20 @@ class _ArgumentParser(argparse.ArgumentParser):
 
 # ---------------------------------------------------------------------------------------------------------- train
 class _RecipeParser(TrlParser):
-    """TRL's parser over the train script arguments and `MaxEntGRPOConfig`; bad arguments raise `UsageError`."""
+    """TRL's parser over the train script arguments, `MaxEntGRPOConfig` and `ModelConfig`; bad arguments raise
+    `UsageError`."""
 
     def __init__(self) -> None:
         from maxent_grpo.config import MaxEntGRPOConfig
         from maxent_grpo.script_args import TrainScriptArguments
 
         super().__init__(
-            (TrainScriptArguments, MaxEntGRPOConfig),
+            (TrainScriptArguments, MaxEntGRPOConfig, ModelConfig),
             prog=f"{PROG} train",
             description="Train with MaxEntGRPOTrainer. '--config recipe.yaml' reads field: value pairs from a YAML "
-            "recipe; '--field value' arguments override them. Fields: the script arguments below, then every field "
-            "of MaxEntGRPOConfig (TRL's GRPOConfig plus the MaxEnt and generation fields).",
+            "recipe; '--field value' arguments override them. Fields: the script arguments below, every field of "
+            "MaxEntGRPOConfig (TRL's GRPOConfig plus the MaxEnt and generation fields), then TRL's ModelConfig "
+            "(model_name_or_path, dtype, attn_implementation, model_revision, use_peft and the LoRA fields).",
         )
 
     def error(self, message: str) -> NoReturn:
@@ -124,20 +126,22 @@ def _apply_recipe(parser: _RecipeParser, path: str) -> None:
     for key, value in recipe.items():
         if key not in actions or key == "help":
             raise UsageError(
-                f"unknown field {key!r} in recipe {path!r}: not a field of MaxEntGRPOConfig or of the train script "
-                "arguments (maxent-grpo train --help lists them)"
+                f"unknown field {key!r} in recipe {path!r}: not a field of MaxEntGRPOConfig, ModelConfig or the "
+                "train script arguments (maxent-grpo train --help lists them)"
             )
         defaults[key] = _recipe_value(actions[key], key, value, path)
     parser.set_defaults_with_config(**defaults)
 
 
-def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntGRPOConfig]:
-    """`(TrainScriptArguments, MaxEntGRPOConfig)` from ``[--config recipe.yaml] [--field value ...]``.
+def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntGRPOConfig, ModelConfig]:
+    """`(TrainScriptArguments, MaxEntGRPOConfig, ModelConfig)` from ``[--config recipe.yaml] [--field value ...]``.
 
     Raises:
         UsageError: missing or malformed recipe, unknown field, value of the wrong type, or a value the config
             rejects (its `ValueError` names the field).
     """
+    from maxent_grpo import script_args as inputs
+
     parser = _RecipeParser()
     args = list(argv)
     if "--config" in args:
@@ -147,15 +151,18 @@ def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntG
         _apply_recipe(parser, args[index + 1])
         del args[index : index + 2]
     try:
-        script_args, config, remaining = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
-    except ValueError as error:  # a dataclass's own validation (MaxEntGRPOConfig, GRPOConfig, TrainingArguments)
+        script_args, config, model_args, remaining = parser.parse_args_into_dataclasses(
+            args=args, return_remaining_strings=True
+        )
+    except ValueError as error:  # a dataclass's own validation (MaxEntGRPOConfig, TrainingArguments, ModelConfig)
         raise UsageError(str(error)) from error
     if remaining:
         raise UsageError(
-            f"unknown argument {remaining[0]!r}: not a field of MaxEntGRPOConfig or of the train script arguments "
-            "(maxent-grpo train --help lists them)"
+            f"unknown argument {remaining[0]!r}: not a field of MaxEntGRPOConfig, ModelConfig or the train script "
+            "arguments (maxent-grpo train --help lists them)"
         )
-    return script_args, config
+    inputs.check_required(script_args, model_args)
+    return script_args, config, model_args
 
 
 def _train(argv: Sequence[str]) -> int:
@@ -171,27 +178,35 @@ def _train(argv: Sequence[str]) -> int:
     # scripts.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    script_args, config = parse_train_args(argv)
+    script_args, config, model_args = parse_train_args(argv)
     log_file = not sys.stderr.isatty()  # progress as lines, not carriage-return redraws
     if log_file:
         silence_library_progress_bars()
     reward_funcs = _load_rewards(script_args)
     inputs.check_generation_backend(config)
-    inputs.check_resume_checkpoint(config)
+    inputs.check_streaming(script_args, config)
+    inputs.resolve_resume_checkpoint(config)
     run_checks.check_output_dir(config.output_dir)
     run_checks.check_report_to(config)
-    run_checks.check_eval_data(config, has_eval_dataset=False)
     dataset = _load_dataset(script_args)
+    eval_dataset = inputs.load_eval_dataset(script_args, config)
+    run_checks.check_eval_data(config, has_eval_dataset=eval_dataset is not None)
     chat_prompts = check_prompts(dataset, script_args.dataset_name)
     inputs.check_reward_columns(reward_funcs, dataset)
-    run_checks.check_batch_fits_dataset(config, len(dataset))
-    model, tokenizer = _load_model(script_args, config)
+    if not script_args.dataset_streaming:
+        run_checks.check_batch_fits_dataset(config, len(dataset))
     trainer = MaxEntGRPOTrainer(
-        model=model, reward_funcs=reward_funcs, args=config, train_dataset=dataset, processing_class=tokenizer
+        reward_funcs=reward_funcs,
+        args=config,
+        train_dataset=dataset,
+        eval_dataset=eval_dataset,
+        **_load_model(model_args, config),
     )
     if chat_prompts:
-        check_chat_template(trainer.processing_class, script_args.model_name_or_path)
+        check_chat_template(trainer.processing_class, model_args.model_name_or_path)
     run_checks.check_logits_fit(config, trainer.model, trainer.accelerator.device)
+    if script_args.ignore_bias_buffers:
+        inputs.ignore_bool_buffers(trainer.model)
     if log_file and trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(LineProgressCallback())
     _run(trainer, config)
@@ -221,13 +236,13 @@ def _load_dataset(script_args: TrainScriptArguments):
         return inputs.load_train_dataset(script_args)
 
 
-def _load_model(script_args: TrainScriptArguments, config: MaxEntGRPOConfig):
+def _load_model(model_args: ModelConfig, config: MaxEntGRPOConfig) -> dict[str, Any]:
     from maxent_grpo import script_args as inputs
     from maxent_grpo.hub_access import check_model_source
 
-    if script_args.model_name_or_path != inputs.TINY_MODEL:
-        check_model_source(script_args.model_name_or_path)
-    return inputs.load_model(script_args, config)
+    if model_args.model_name_or_path != inputs.TINY_MODEL:
+        check_model_source(model_args.model_name_or_path)
+    return inputs.load_model(model_args, config)
 
 
 class TrainingFailed(Exception):
@@ -380,8 +395,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=list(COMMANDS), metavar="command", help="one of the commands above")
     parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     strip_ansi_when_redirected()
-    if not sys.warnoptions:  # upstream deprecation notices (FutureWarning) stay quiet unless asked for with -W
-        warnings.simplefilter("ignore", FutureWarning)
     argv = sys.argv[1:] if argv is None else list(argv)
     prog = PROG
     try:

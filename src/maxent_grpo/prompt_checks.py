@@ -7,14 +7,16 @@ failed; the same happens to chat prompts when the tokenizer has no chat template
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
-from datasets import Dataset
+from datasets import Dataset, IterableDataset
 from transformers import PreTrainedTokenizerBase
 
 from maxent_grpo.usage_error import UsageError
 
 _MESSAGE_KEYS = ("role", "content")
+STREAMED_ROWS_CHECKED = 1000
 
 
 def _kind(prompt: Any) -> str | None:
@@ -30,17 +32,22 @@ def _kind(prompt: Any) -> str | None:
     return None
 
 
-def check_prompts(dataset: Dataset, name: str) -> bool:
-    """Every prompt is text, or every prompt is a conversation; returns whether they are conversations.
+def check_prompts(dataset: Dataset | IterableDataset, name: str) -> bool:
+    """Every prompt is text, or every prompt is a conversation; returns whether they are conversations. Of a streamed
+    data set, the first `STREAMED_ROWS_CHECKED` rows are checked.
 
     Raises:
         UsageError: the data set is empty, or a row's prompt is neither text nor a list of messages with a role
             and content, or text and conversations are mixed.
     """
-    if len(dataset) == 0:
+    if isinstance(dataset, IterableDataset):
+        prompts = [row["prompt"] for row in itertools.islice(dataset, STREAMED_ROWS_CHECKED)]
+    else:
+        prompts = dataset["prompt"]
+    if len(prompts) == 0:
         raise UsageError(f"dataset {name!r} has no rows")
     kinds: set[str] = set()
-    for row, prompt in enumerate(dataset["prompt"]):
+    for row, prompt in enumerate(prompts):
         kind = _kind(prompt)
         if kind is None:
             shown = repr(prompt) if len(repr(prompt)) <= 60 else repr(prompt)[:57] + "..."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import json
@@ -10,6 +11,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,6 +21,7 @@ from trl.trainer.utils import nanmax, nanmin, nanstd
 
 from maxent_grpo.config import maxent_config_from
 from maxent_grpo.listwise import ListwiseObjective
+from maxent_grpo.resume import latest_complete_checkpoint
 from maxent_grpo.save_errors import WRITE_ERRORS, SaveError, save_error
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, RefillOutcome
 from maxent_grpo.training.generation.backends import (
@@ -33,6 +36,7 @@ from maxent_grpo.training.generation.completion_format import format_completions
 from maxent_grpo.training.generation.rows import GeneratedRows
 from maxent_grpo.training.generation.step import Collectives, GenerationStep, GroupAgreement, StepMetrics
 from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
+from maxent_grpo.training.reference_model import built_in_process, reference_from_policy
 from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning
 
 logger = logging.getLogger(__name__)
@@ -61,11 +65,17 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     - `_compute_loss`: TRL's loss, normalisers and metrics on the kept rows of each micro-batch only.
     - `_clip_grad_norm` / `_get_grad_norm`: close each optimizer window before clipping: no gradient when no
       micro-batch held a kept row (no parameter changes), else a mean over the micro-batches that held some.
-    - `train`: a run in which every generation batch was dropped raises `NoUsableGenerationError` at its end
-      instead of returning as if it had trained.
+    - `train`: ``resume_from_checkpoint=True`` takes the latest *complete* checkpoint (partial ones skipped); a run
+      in which every generation batch was dropped raises `NoUsableGenerationError` at its end instead of returning
+      as if it had trained.
     - `_save_checkpoint` / `_load_optimizer_and_scheduler`: controller state travels with checkpoints; a checkpoint
       whose saving failed (full disk, Ctrl-C) is removed rather than left looking complete, and a write failure is
       raised as `SaveError`.
+    - `_issue_warnings_after_load`: no "missing keys" warning for tied weights a checkpoint rightly leaves out.
+
+    With ``beta != 0``, a model built in-process (no name to load it again) gets its copy as the reference model,
+    where TRL can only load the reference by name (see `maxent_grpo.training.reference_model`). With vLLM colocate,
+    the engine TRL builds runs in ``vllm_dtype`` (see `maxent_grpo.training.generation.backends.colocate_engine`).
 
     Args:
         generation_backend: any object implementing `GenerationBackend`. When None, the trainer builds the built-in
@@ -95,13 +105,17 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         config = positional[2] if len(positional) > 2 else kwargs["args"]
         if config.use_vllm and config.vllm_mode == "colocate" and config.vllm_tensor_parallel_size > 1:
             raise ValueError("vllm_tensor_parallel_size > 1 is not supported by MaxEntGRPOTrainer's colocate backend.")
-        if config.use_vllm and config.vllm_mode == "colocate" and importlib.util.find_spec("vllm") is not None:
-            if config.vllm_enable_sleep_mode:
-                colocate_engine.check_sleep_mode()
-            dtype = partial(colocate_engine.engine_dtype_name, config.vllm_dtype, bf16=config.bf16, fp16=config.fp16)
-            with colocate_engine.engine_dtype(lambda: dtype(self.model)):
-                super().__init__(*positional, **kwargs)
-        else:
+        with contextlib.ExitStack() as building:
+            # TRL builds the reference model (beta != 0) by name only; a model built in-process gets its copy instead.
+            if built_in_process(model):
+                building.enter_context(reference_from_policy(model))
+            if config.use_vllm and config.vllm_mode == "colocate" and importlib.util.find_spec("vllm") is not None:
+                if config.vllm_enable_sleep_mode:
+                    colocate_engine.check_sleep_mode()
+                dtype = partial(
+                    colocate_engine.engine_dtype_name, config.vllm_dtype, bf16=config.bf16, fp16=config.fp16
+                )
+                building.enter_context(colocate_engine.engine_dtype(lambda: dtype(self.model)))
             super().__init__(*positional, **kwargs)
         if generation_backend is not None and not isinstance(generation_backend, GenerationBackend):
             raise TypeError(f"generation_backend {generation_backend!r} has no generate(prompts, counts) method.")
@@ -142,14 +156,25 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             seed=self.args.seed,
         )
 
-    def train(self, *args: Any, **kwargs: Any) -> Any:
-        """TRL's `train`; raises `NoUsableGenerationError` when every generation batch of the run was dropped.
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
+        """`Trainer.train`, with two differences.
 
-        Fewer empty batches than `generation_max_consecutive_empty_batches` do not stop a run, so a short run could
-        otherwise end normally, and save, without a single parameter update.
+        ``resume_from_checkpoint=True`` skips checkpoints whose save did not finish: Transformers resumes from the
+        highest `checkpoint-<step>` of `output_dir` even without its `trainer_state.json` (a save cut short by a full
+        disk or a killed job) and then fails after loading the weights; here such a checkpoint is skipped with a
+        warning and the latest complete one is used.
+
+        A run in which every generation batch was dropped raises `NoUsableGenerationError`: fewer empty batches than
+        `generation_max_consecutive_empty_batches` do not stop a run, so a short run could otherwise end normally,
+        and save, without a single parameter update.
         """
+        if resume_from_checkpoint is True:
+            checkpoint = latest_complete_checkpoint(Path(self.args.output_dir))
+            if checkpoint is None:
+                raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir}).")
+            resume_from_checkpoint = str(checkpoint)
         self._train_batches = {"generated": 0, "kept": 0}
-        output = super().train(*args, **kwargs)
+        output = super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
         generated = self._train_batches["generated"]
         if generated and not self._train_batches["kept"]:
             raise NoUsableGenerationError(
@@ -555,6 +580,31 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         if state and self.args.should_save:
             with open(os.path.join(folder, CONTROLLER_STATE_FILE), "w") as handle:
                 json.dump(state, handle)
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """Transformers' warning, less the tied weights a checkpoint rightly leaves out.
+
+        A tied parameter (`lm_head.weight` sharing `model.embed_tokens.weight`) is saved once, so loading a
+        checkpoint reports it missing. Transformers' check only knows `_keys_to_ignore_on_save`, empty for tied models
+        since transformers 5, and so warns "There were missing keys in the checkpoint model loaded:
+        ['lm_head.weight']" on every resume although nothing is lost. A missing key is left out of the warning only
+        when it is a tied parameter that really is the same tensor as a parameter that was loaded.
+        """
+        tied = getattr(self.model, "all_tied_weights_keys", None) or {}
+        parameters = dict(self.model.named_parameters(remove_duplicate=False))
+        missing = set(load_result.missing_keys)
+
+        def restored_by_tie(key: str) -> bool:
+            source = tied.get(key)
+            return (
+                source is not None
+                and source not in missing
+                and key in parameters
+                and parameters[key] is parameters.get(source)
+            )
+
+        kept = [key for key in load_result.missing_keys if not restored_by_tie(key)]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=kept))
 
     def _load_optimizer_and_scheduler(self, checkpoint) -> None:
         """Also restore what `_save_checkpoint` wrote (a file holding only listwise keys reads the same way)."""

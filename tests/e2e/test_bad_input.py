@@ -31,7 +31,20 @@ def _prompts_without_prompt_column(tmp_path: Path) -> str:
     return str(path)
 
 
+def _prompts(tmp_path: Path) -> str:
+    return _write(tmp_path / "prompts.jsonl", "\n".join(json.dumps({"prompt": f"q{i}:"}) for i in range(4)))
+
+
+def _partial_checkpoint(tmp_path: Path) -> str:
+    """An output_dir whose only checkpoint was cut short: weights written, no trainer_state.json."""
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_bytes(b"")
+    return str(tmp_path / "run")
+
+
 TRAIN = ["train", "--config", str(DEMO_RECIPE)]
+_EVAL = ["--eval_strategy", "steps", "--eval_steps", "1", "--per_device_eval_batch_size", "16"]
 
 # (case id, argv builder taking tmp_path, text the error line must contain)
 CASES = [
@@ -51,7 +64,17 @@ CASES = [
     ("missing-recipe", lambda t: ["train", "--config", str(t / "missing.yaml")], "missing.yaml"),
     ("recipe-not-yaml", lambda t: ["train", "--config", _recipe_with(t, "- a list item\n")], "not valid YAML"),
     ("recipe-not-a-mapping", lambda t: ["train", "--config", _write(t / "list.yaml", "- a\n- b\n")], "mapping"),
-    ("missing-required", lambda t: ["train", "--dataset_name", "vowels"], "--model_name_or_path"),
+    ("missing-required", lambda t: ["train", "--dataset_name", "vowels"], "--reward_funcs"),
+    (
+        "missing-model",
+        lambda t: ["train", "--dataset_name", "vowels", "--reward_funcs", "vowel_start", "--use_cpu", "true"],
+        "required: --model_name_or_path",
+    ),
+    (
+        "missing-model-and-dataset",
+        lambda t: ["train", "--reward_funcs", "vowel_start", "--use_cpu", "true"],
+        "required: --model_name_or_path, --dataset_name",
+    ),
     (
         "dataset-without-prompt-column",
         lambda t: [*TRAIN, "--dataset_name", _prompts_without_prompt_column(t)],
@@ -75,6 +98,44 @@ CASES = [
         lambda t: [*TRAIN, "--resume_from_checkpoint", str(t / "checkpoint-9")],
         "resume_from_checkpoint=",
     ),
+    (
+        "resume-true-without-checkpoint",
+        lambda t: [*TRAIN, "--output_dir", str(t), "--resume_from_checkpoint", "true"],
+        "holds no checkpoint-<step> folder to resume from",
+    ),
+    (
+        "resume-only-partial-checkpoints",
+        lambda t: [*TRAIN, "--resume_from_checkpoint", _partial_checkpoint(t)],
+        "no complete checkpoint in",
+    ),
+    (
+        "resume-a-partial-checkpoint",
+        lambda t: [*TRAIN, "--resume_from_checkpoint", str(Path(_partial_checkpoint(t)) / "checkpoint-2")],
+        "is not a checkpoint (no trainer_state.json)",
+    ),
+    (
+        "eval-split-missing",
+        lambda t: [*TRAIN, *_EVAL, "--dataset_name", _prompts(t)],
+        "(split 'test')",
+    ),
+    (
+        "streaming-without-max-steps",
+        lambda t: [*TRAIN, "--dataset_name", _prompts(t), "--dataset_streaming", "true", "--max_steps", "-1"],
+        "dataset_streaming=True needs max_steps",
+    ),
+    (
+        "streaming-with-dynamic-sampling",
+        lambda t: [*TRAIN, "--dataset_name", _prompts(t), "--dataset_streaming", "true", "--dynamic_sampling", "true"],
+        "cannot be combined with dynamic_sampling",
+    ),
+    ("quantized-tiny-model", lambda t: [*TRAIN, "--load_in_4bit", "true"], "the 'tiny' model is built in-process"),
+    (
+        "4-and-8-bit",
+        lambda t: [*TRAIN, "--load_in_4bit", "true", "--load_in_8bit", "true"],
+        "can't use 8 bit and 4 bit precision at the same time",
+    ),
+    ("unknown-attention", lambda t: [*TRAIN, "--attn_implementation", "nope"], "attn_implementation='nope'"),
+    ("unknown-dtype", lambda t: [*TRAIN, "--dtype", "float8"], "invalid choice: 'float8'"),
     ("demo-steps", lambda t: ["demo", "--steps", "0"], "--steps 0"),
     ("demo-unknown-flag", lambda t: ["demo", "--fast"], "--fast"),
     ("unknown-command", lambda t: ["fly"], "'fly'"),
@@ -107,6 +168,16 @@ def test_vllm_requested_but_not_installed(capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "use_vllm=True" in err and "vLLM" in err, err
+
+
+def test_only_partial_checkpoints_is_one_line_from_the_console_script(tmp_path):
+    result = run_cli([*TRAIN, "--resume_from_checkpoint", _partial_checkpoint(tmp_path)], offline_env(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"maxent-grpo train: error: resume_from_checkpoint={str(tmp_path / 'run')!r}: no complete checkpoint in "
+        f"{str(tmp_path / 'run')!r} (every checkpoint-<step> folder lacks trainer_state.json: their saves did not "
+        "finish)"
+    )
 
 
 def test_console_script_reports_bad_input_in_one_line(tmp_path):
