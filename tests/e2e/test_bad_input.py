@@ -64,7 +64,12 @@ CASES = [
     ("missing-recipe", lambda t: ["train", "--config", str(t / "missing.yaml")], "missing.yaml"),
     ("recipe-not-yaml", lambda t: ["train", "--config", _recipe_with(t, "- a list item\n")], "not valid YAML"),
     ("recipe-not-a-mapping", lambda t: ["train", "--config", _write(t / "list.yaml", "- a\n- b\n")], "mapping"),
-    ("missing-required", lambda t: ["train", "--dataset_name", "vowels"], "--reward_funcs"),
+    ("missing-required", lambda t: ["train", "--dataset_name", "vowels", "--use_cpu", "true"], "--model_name_or_path"),
+    (
+        "no-reward",
+        lambda t: ["train", "--model_name_or_path", "tiny", "--dataset_name", "vowels", "--use_cpu", "true"],
+        "no reward: set reward_funcs, reward_model_name_or_path, or both",
+    ),
     (
         "missing-model",
         lambda t: ["train", "--dataset_name", "vowels", "--reward_funcs", "vowel_start", "--use_cpu", "true"],
