@@ -190,7 +190,6 @@ def _train(argv: Sequence[str]) -> int:
     run_checks.check_report_to(config)
     dataset = _load_dataset(script_args)
     eval_dataset = inputs.load_eval_dataset(script_args, config)
-    run_checks.check_eval_data(config, has_eval_dataset=eval_dataset is not None)
     chat_prompts = check_prompts(dataset, script_args.dataset_name)
     inputs.check_reward_columns(reward_funcs, dataset)
     if not script_args.dataset_streaming:

@@ -44,15 +44,6 @@ def check_report_to(config: MaxEntGRPOConfig) -> None:
             )
 
 
-def check_eval_data(config: MaxEntGRPOConfig, has_eval_dataset: bool) -> None:
-    """An evaluation strategy needs evaluation data."""
-    if config.eval_strategy != "no" and not has_eval_dataset:
-        raise UsageError(
-            f"eval_strategy={config.eval_strategy.value!r} needs evaluation data, and this run has none; set "
-            "eval_strategy to 'no'"
-        )
-
-
 def check_batch_fits_dataset(config: MaxEntGRPOConfig, num_prompts: int) -> None:
     """One generation batch draws ``generation_batch_size / num_generations`` distinct prompts from the data set.
 

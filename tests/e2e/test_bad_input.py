@@ -295,8 +295,16 @@ SUBPROCESS_CASES = [
     ("demo-output-dir-is-a-file", lambda t: ["demo", "--output-dir", _write(t / "f", "")], "is a file"),
     (
         "eval-without-eval-data",
-        lambda t: [*TRAIN, "--eval_strategy", "steps", "--per_device_eval_batch_size", "16"],
-        "eval_strategy='steps' needs evaluation data",
+        lambda t: [
+            *TRAIN,
+            "--dataset_name",
+            _write(t / "prompts.jsonl", '{"prompt": "pick a vowel:"}\n' * 64),
+            "--eval_strategy",
+            "steps",
+            "--per_device_eval_batch_size",
+            "16",
+        ],
+        "(split 'test')",
     ),
     # Nonsense values (item 4)
     ("negative-beta", lambda t: [*TRAIN, "--beta", "-0.5"], "beta=-0.5 is invalid"),
