@@ -1,7 +1,7 @@
 """Mode coverage: stock GRPO collapses onto one correct answer, MaxEnt listwise keeps all of them.
 
-Task: the prompt "pick a vowel:" and a reward of 1 when the completion's first character is a lower-case vowel
-(`vowel_start_reward`), so there are five equally good answers. The tiny offline Qwen2 model of
+Task: the prompt "pick a vowel:" and a reward of 1 when the completion's first non-whitespace character is a
+lower-case vowel (`vowel_start_reward`), so there are five equally good answers. The tiny offline Qwen2 model of
 `maxent_grpo.tiny_model` (hidden size 64, one layer; character-level tokenizer, so the first token is the first
 character) is trained from the same random initialisation per seed by stock TRL `GRPOTrainer` and by
 `MaxEntGRPOTrainer` with ``maxent_objective="listwise"``, ``maxent_mode_key="first_token"`` and a fixed
@@ -58,7 +58,7 @@ from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
-from maxent_grpo.rewards import VOWELS, completion_text, vowel_start_reward
+from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 
 PROMPT = "pick a vowel:"
@@ -80,8 +80,8 @@ SMOOTHING_WINDOW = 10
 
 
 def first_characters(completions: Sequence[Any]) -> list[str]:
-    """The first character of each completion ('' for an empty one)."""
-    return [completion_text(c)[:1] for c in completions]
+    """The answer of each completion: its first non-whitespace character ('' for a blank one)."""
+    return [first_character(c) for c in completions]
 
 
 def normalized_vowel_entropy(characters: Sequence[str]) -> float:

@@ -15,7 +15,7 @@ import torch
 from accelerate.utils import gather_object
 
 from maxent_grpo.config import MaxEntGRPOConfig
-from maxent_grpo.mode_keys import ModeKey, assign_mode_ids, mode_coverage, resolve_mode_key
+from maxent_grpo.mode_keys import ModeKey, answer_keys, assign_mode_ids, mode_coverage, resolve_mode_key
 from maxent_grpo.objective import BetaController, TauController, compute_listwise
 
 if TYPE_CHECKING:
@@ -93,10 +93,8 @@ class ListwiseObjective:
         keys = None
         mode_ids = None
         if self.mode_key is not None:
-            local_keys = [
-                self.mode_key(text, ids)
-                for text, ids in zip(trainer._last_completion_texts, trainer._last_completion_ids, strict=True)
-            ]
+            tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+            local_keys = answer_keys(self.mode_key, trainer._last_completion_texts, tokenizer)
             flat_keys = gather_object(local_keys)
             keys = [flat_keys[i : i + group_size] for i in range(0, len(flat_keys), group_size)]
             mode_ids = assign_mode_ids(keys).to(rewards.device)
