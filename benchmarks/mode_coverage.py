@@ -110,8 +110,19 @@ class StepRecorder:
         return rewards
 
 
+def parse_override(item: str) -> tuple[str, Any]:
+    """One ``FIELD=VALUE`` config override; VALUE is read as JSON when it parses (numbers, null), else as text."""
+    name, sep, value = item.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {item!r}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
 def build_trainer(
-    method: str, seed: int, steps: int, tau: float, output_dir: str, recorder: StepRecorder
+    method: str, seed: int, steps: int, maxent: dict[str, Any], output_dir: str, recorder: StepRecorder
 ) -> GRPOTrainer:
     """A stock GRPO or MaxEnt listwise trainer on the vowel task, from the seed's model initialisation."""
     tokenizer = build_tiny_tokenizer()
@@ -148,14 +159,14 @@ def build_trainer(
             train_dataset=dataset,
             processing_class=tokenizer,
         )
-    args = MaxEntGRPOConfig(
-        **fields,
-        maxent_objective="listwise",
-        maxent_mode_key="first_token",
-        maxent_tau=tau,
-        maxent_q_temperature=Q_TEMPERATURE,
-        maxent_q_epsilon=Q_EPSILON,
-    )
+    settings = {
+        "maxent_objective": "listwise",
+        "maxent_mode_key": "first_token",
+        "maxent_q_temperature": Q_TEMPERATURE,
+        "maxent_q_epsilon": Q_EPSILON,
+        **maxent,
+    }
+    args = MaxEntGRPOConfig(**fields, **settings)
     return MaxEntGRPOTrainer(
         model=model, reward_funcs=recorder, args=args, train_dataset=dataset, processing_class=tokenizer
     )
@@ -234,6 +245,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0 .. seeds-1) per method")
     parser.add_argument("--tau", type=float, default=0.25, help="MaxEnt entropy temperature tau (fixed)")
     parser.add_argument("--samples", type=int, default=512, help="answers sampled per trained model")
+    parser.add_argument(
+        "--maxent",
+        action="append",
+        type=parse_override,
+        default=[],
+        metavar="FIELD=VALUE",
+        help="MaxEntGRPOConfig override (repeatable; --tau sets maxent_tau unless this does)",
+    )
     parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR)
     return parser.parse_args(argv)
 
@@ -244,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     hf_logging.set_verbosity_error()
     warnings.filterwarnings("ignore", category=FutureWarning)
     args.output_dir.mkdir(parents=True, exist_ok=True)
+    maxent = {"maxent_tau": args.tau, **dict(args.maxent)}
 
     runs: list[dict[str, Any]] = []
     curves: dict[str, dict[str, list[list[float]]]] = {m: {"reward": [], "entropy": []} for m in METHODS}
@@ -254,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             recorder = StepRecorder(vowel_start_reward)
             run_start = time.perf_counter()
             with tempfile.TemporaryDirectory() as output_dir:
-                trainer = build_trainer(method, seed, args.steps, args.tau, output_dir, recorder)
+                trainer = build_trainer(method, seed, args.steps, maxent, output_dir, recorder)
                 trainer.remove_callback(PrinterCallback)
                 trainer.train()
             answers = sample_answers(trainer.model, trainer.processing_class, args.samples, seed=1000 + seed)
@@ -316,10 +336,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "num_layers": NUM_LAYERS,
             "max_completion_length": MAX_COMPLETION_LENGTH,
             "temperature": TEMPERATURE,
-            "maxent_tau": args.tau,
+            "maxent_tau": maxent["maxent_tau"],
             "maxent_q_temperature": Q_TEMPERATURE,
             "maxent_q_epsilon": Q_EPSILON,
             "maxent_mode_key": "first_token",
+            "maxent_overrides": dict(args.maxent),
         },
         "runs": runs,
         "summary": summary,
