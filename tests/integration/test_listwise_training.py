@@ -136,6 +136,30 @@ def test_listwise_advantages_replace_grpo_and_are_logged(tmp_path):
     assert all(value >= 0 for _, value in _history(trainer, "maxent/mode_coverage"))
 
 
+def test_tau_anneals_from_maxent_tau_to_maxent_tau_final(tmp_path, tiny_model_dir):
+    _, tokenizer = tiny_model_and_tokenizer()
+    args = tiny_config(
+        tmp_path,
+        max_steps=4,
+        per_device_train_batch_size=8,
+        num_generations=8,
+        maxent_objective="listwise",
+        maxent_tau=1.0,
+        maxent_tau_final=0.0625,
+        maxent_mode_key="first_token",
+    )
+    trainer = MaxEntGRPOTrainer(
+        model=str(tiny_model_dir),
+        reward_funcs=vowel_start_reward,
+        args=args,
+        train_dataset=_vowel_data(),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    # Step s generates after s - 1 finished steps: tau = 1 * (1/16) ** ((s - 1) / 4).
+    assert [tau for _, tau in _history(trainer, "maxent/tau")] == pytest.approx([1.0, 0.5, 0.25, 0.125])
+
+
 def test_controllers_continue_after_resume(tmp_path, tiny_model_dir):
     _, tokenizer = tiny_model_and_tokenizer()
 

@@ -48,6 +48,12 @@ def test_cross_field_rules():
         MaxEntGRPOConfig(**BASE, beta=0.0, kl_target=0.1)
     with pytest.raises(ValueError, match=r"maxent_tau=5.0 is invalid.*maxent_target_weight_entropy"):
         MaxEntGRPOConfig(**BASE, maxent_tau=5.0, maxent_tau_max=2.0, maxent_target_weight_entropy=1.0)
+    with pytest.raises(ValueError, match=r"maxent_tau_final=0.0 is invalid: expected None or a finite number > 0"):
+        MaxEntGRPOConfig(**BASE, maxent_tau_final=0.0)
+    with pytest.raises(ValueError, match=r"maxent_tau=0.0 is invalid.*maxent_tau_final"):
+        MaxEntGRPOConfig(**BASE, maxent_tau=0.0, maxent_tau_final=0.1)
+    with pytest.raises(ValueError, match=r"maxent_tau_final=0.1 is invalid.*maxent_target_weight_entropy"):
+        MaxEntGRPOConfig(**BASE, maxent_tau_final=0.1, maxent_target_weight_entropy=1.0)
 
 
 def test_good_values_pass():
