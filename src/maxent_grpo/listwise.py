@@ -36,6 +36,7 @@ class ListwiseObjective:
         mode_key: ModeKey | None,
         coverage_threshold: float,
         tau_final: float | None = None,
+        anneal_fraction: float = 1.0,
     ) -> None:
         self.tau = tau
         self.beta = beta
@@ -45,6 +46,7 @@ class ListwiseObjective:
         self.mode_key = mode_key
         self.coverage_threshold = coverage_threshold
         self.tau_final = tau_final
+        self.anneal_fraction = anneal_fraction
         self._kl_values: list[float] = []
 
     @classmethod
@@ -67,6 +69,7 @@ class ListwiseObjective:
             mode_key=resolve_mode_key(args.maxent_mode_key),
             coverage_threshold=args.maxent_mode_coverage_threshold,
             tau_final=args.maxent_tau_final,
+            anneal_fraction=args.maxent_tau_anneal_fraction,
         )
 
     def advantages(self, trainer: MaxEntGRPOTrainer, output: dict[str, Any], mode: str) -> torch.Tensor:
@@ -140,10 +143,12 @@ class ListwiseObjective:
         return advantages[start : start + num_local]
 
     def current_tau(self, trainer: MaxEntGRPOTrainer) -> float:
-        """The controller's tau, or with ``tau_final`` the anneal from it to ``tau_final`` at the run's progress."""
+        """The controller's tau, or with ``tau_final`` the anneal from it to ``tau_final``, which takes the first
+        ``anneal_fraction`` of the run's steps (``tau_final`` from then on)."""
         if self.tau_final is None:
             return self.tau.tau
-        return annealed_tau(self.tau.tau, self.tau_final, trainer.state.global_step / max(trainer.state.max_steps, 1))
+        anneal_steps = max(self.anneal_fraction * trainer.state.max_steps, 1)
+        return annealed_tau(self.tau.tau, self.tau_final, trainer.state.global_step / anneal_steps)
 
     def observe_kl(self, value: float) -> None:
         """Record one KL value measured by TRL's loss (per micro-batch) for the next beta update.

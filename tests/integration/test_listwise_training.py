@@ -146,6 +146,7 @@ def test_tau_anneals_from_maxent_tau_to_maxent_tau_final(tmp_path, tiny_model_di
         maxent_objective="listwise",
         maxent_tau=1.0,
         maxent_tau_final=0.0625,
+        maxent_tau_anneal_fraction=0.5,
         maxent_mode_key="first_token",
     )
     trainer = MaxEntGRPOTrainer(
@@ -156,8 +157,8 @@ def test_tau_anneals_from_maxent_tau_to_maxent_tau_final(tmp_path, tiny_model_di
         processing_class=tokenizer,
     )
     trainer.train()
-    # Step s generates after s - 1 finished steps: tau = 1 * (1/16) ** ((s - 1) / 4).
-    assert [tau for _, tau in _history(trainer, "maxent/tau")] == pytest.approx([1.0, 0.5, 0.25, 0.125])
+    # Step s generates after s - 1 finished steps: tau = (1/16) ** ((s - 1) / 2) over 0.5 * 4 steps, then held.
+    assert [tau for _, tau in _history(trainer, "maxent/tau")] == pytest.approx([1.0, 0.25, 0.0625, 0.0625])
 
 
 def test_controllers_continue_after_resume(tmp_path, tiny_model_dir):
