@@ -8,7 +8,7 @@ samples a correct answer about once in 22 tries and both methods have something 
 Per seed the same initialisation is trained by stock TRL `GRPOTrainer` and by `MaxEntGRPOTrainer` with
 ``maxent_objective="listwise"``, ``maxent_mode_key="last_line"`` (the stripped answer) and the MaxEnt settings of
 `benchmarks/mode_coverage.py` (``maxent_tau=0.25``, ``maxent_q_temperature=1``, ``maxent_q_epsilon=0``), unless
-``--maxent FIELD=VALUE`` overrides a field (for example ``--maxent maxent_tau=1.0 --maxent maxent_tau_final=0.1`` to
+``--maxent FIELD=VALUE`` overrides a field (for example ``--maxent maxent_tau=1.0 --maxent maxent_tau_final=0.01`` to
 anneal tau). Both use one group of 16 completions per step, learning rate 3e-3 with TRL's default linear decay, beta
 0, sampling temperature 1.0. Runs are interleaved (seed 0 GRPO, seed 0 MaxEnt, seed 1 GRPO, ...) in one process so
 machine drift hits both.
