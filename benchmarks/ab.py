@@ -1,6 +1,7 @@
 """A/B benchmark: stock GRPOTrainer ("before") vs MaxEntGRPOTrainer ("after"), N seeds each, with verdicts.
 
-    python benchmarks/ab.py [--arms before,after] [--seeds 3] [--recipe tiny|tldr] [--output-dir DIR]
+    python benchmarks/ab.py [--arms before,after] [--seeds 3] [--recipe tiny|tldr]
+                            [--output-dir DIR | --update-results]
 
 Same as ``maxent-grpo bench``; ``--help`` lists every option. The logic lives in `maxent_grpo.bench`.
 """

@@ -11,8 +11,10 @@ average, the mean reward of 256 samples on the solvable prompts after training, 
 signal, and the wall time, with the on/off ratios.
 
     python benchmarks/dynamic_sampling.py [--steps 40] [--seeds 3] [--max-rounds 4]
+                                          [--output-dir DIR | --update-results]
 
-Takes a few minutes on 2 CPU cores. Writes a JSON of the figures to --output-dir.
+Takes a few minutes on 2 CPU cores. Writes a JSON of the figures to --output-dir (default
+outputs/benchmarks/dynamic_sampling); --update-results replaces the committed benchmarks/results/dynamic_sampling.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from transformers import PrinterCallback, ProgressCallback
 from transformers.utils import logging as hf_logging
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
+from maxent_grpo.bench.output import add_output_arguments
 from maxent_grpo.rewards import completion_text
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 
@@ -108,7 +111,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--max-rounds", type=int, default=4)
-    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/results/dynamic_sampling"))
+    add_output_arguments(parser, "dynamic_sampling", Path(__file__).resolve().parent / "results" / "dynamic_sampling")
     options = parser.parse_args()
     hf_logging.set_verbosity_error()
 

@@ -5,8 +5,8 @@ python benchmarks/gpu_check.py` (add `--steps N`; `--allow-cpu` runs the same co
 
 It builds a small Qwen2 model with the offline character tokenizer and saves it locally (such machines may have no
 hub access), trains it with both trainers (TransformersBackend for ours), alternating, and prints tokens/s of each and
-the ratio. When vLLM is importable it also runs colocate mode and server mode (starting `vllm serve` itself);
-otherwise it says that those modes were skipped and why.
+the ratio. When vLLM is importable it also runs colocate mode (with and without sleep mode) and server mode (starting
+`vllm serve` itself); otherwise it says that those modes were skipped and why.
 """
 
 from __future__ import annotations
@@ -150,6 +150,18 @@ def main() -> int:
             vllm_gpu_memory_utilization=0.3,
         )
         print(f"MaxEntGRPOTrainer, vLLM colocate: {colocate:.0f} tok/s")
+        asleep = _train(
+            MaxEntGRPOTrainer,
+            MaxEntGRPOConfig,
+            model_dir,
+            device,
+            options.steps,
+            use_vllm=True,
+            vllm_mode="colocate",
+            vllm_gpu_memory_utilization=0.3,
+            vllm_enable_sleep_mode=True,
+        )
+        print(f"MaxEntGRPOTrainer, vLLM colocate with sleep mode: {asleep:.0f} tok/s")
         port = _free_port()
         server = _start_vllm_server(model_dir, port, Path(workdir) / "vllm_serve.log")
         try:

@@ -17,10 +17,12 @@ distribution of first characters restricted to the five vowels, divided by ln 5 
 likely; 0.0: a single vowel).
 
     python benchmarks/mode_coverage.py [--steps 300] [--seeds 3] [--tau 0.25] [--samples 512]
-                                       [--output-dir benchmarks/results/mode_coverage]
+                                       [--output-dir DIR | --update-results]
 
 It writes ``mode_coverage.json`` (settings, final figures per run, mean curves) and ``mode_coverage.png`` (reward
-and normalized entropy over steps, mean over seeds with a min-max band) into the output directory. The per-step
+and normalized entropy over steps, mean over seeds with a min-max band) into the output directory
+(``outputs/benchmarks/mode_coverage`` by default; ``--update-results`` replaces the committed
+``benchmarks/results/mode_coverage``, which the README shows). The per-step
 entropy is that of one group of 16 answers, so it reads lower than the 512-sample figure (16 draws rarely cover
 five equally likely vowels evenly).
 
@@ -41,7 +43,6 @@ import math
 import statistics
 import tempfile
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -58,6 +59,7 @@ from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
+from maxent_grpo.bench.output import add_output_arguments
 from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 
@@ -65,7 +67,7 @@ PROMPT = "pick a vowel:"
 VOWEL_SET = frozenset(VOWELS)
 METHODS = ("grpo", "maxent")
 LABELS = {"grpo": "GRPO (stock TRL)", "maxent": "MaxEnt listwise (first_token modes)"}
-DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "mode_coverage"
+COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "mode_coverage"
 
 # Fixed settings of the experiment (the CLI exposes steps, seeds, tau, samples and the output directory).
 NUM_GENERATIONS = 16
@@ -253,7 +255,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="FIELD=VALUE",
         help="MaxEntGRPOConfig override (repeatable; --tau sets maxent_tau unless this does)",
     )
-    parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR)
+    add_output_arguments(parser, "mode_coverage", COMMITTED_OUTPUT_DIR)
     return parser.parse_args(argv)
 
 
@@ -261,7 +263,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the experiment, print the summary, write the JSON and the PNG; return the JSON's content."""
     args = parse_args(argv)
     hf_logging.set_verbosity_error()
-    warnings.filterwarnings("ignore", category=FutureWarning)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     maxent = {"maxent_tau": args.tau, **dict(args.maxent)}
 

@@ -21,10 +21,12 @@ pass@k is 1.0 for both methods from k = 2 on; the difference shows in the distin
 2 idle CPU cores (six runs of 300 steps at 0.01-0.03 s per step, plus start-up).
 
     python benchmarks/pass_at_k.py [--steps 300] [--seeds 3] [--samples 256] [--maxent FIELD=VALUE ...]
-                                   [--output-dir benchmarks/results/pass_at_k]
+                                   [--output-dir DIR | --update-results]
 
 It writes ``pass_at_k.json`` (settings, per-run figures, mean reward curves) and ``pass_at_k.png`` (reward over steps;
-pass@k against k) into the output directory, and prints the per-seed and mean table.
+pass@k against k) into the output directory (``outputs/benchmarks/pass_at_k`` by default; ``--update-results``
+replaces the committed ``benchmarks/results/pass_at_k``, which the README shows), and prints the per-seed and mean
+table.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ import math
 import statistics
 import tempfile
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -52,6 +53,7 @@ from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
+from maxent_grpo.bench.output import add_output_arguments
 from maxent_grpo.pass_at_k import pass_at_k
 from maxent_grpo.rewards import completion_text
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
@@ -61,7 +63,7 @@ ALPHABET = "0123456789="
 CORRECT = frozenset(f"{a}{10 - a}" for a in range(1, 10))
 METHODS = ("grpo", "maxent")
 LABELS = {"grpo": "GRPO (stock TRL)", "maxent": "MaxEnt listwise (last_line modes)"}
-DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "pass_at_k"
+COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "pass_at_k"
 KS = (1, 2, 4, 8, 16, 32, 64)
 
 NUM_GENERATIONS = 16
@@ -232,7 +234,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--maxent", action="append", default=[], metavar="FIELD=VALUE", help="MaxEntGRPOConfig override, repeatable"
     )
-    parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR)
+    add_output_arguments(parser, "pass_at_k", COMMITTED_OUTPUT_DIR)
     return parser.parse_args(argv)
 
 
@@ -241,7 +243,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     maxent = parse_overrides(args.maxent)
     hf_logging.set_verbosity_error()
-    warnings.filterwarnings("ignore", category=FutureWarning)
     args.output_dir.mkdir(parents=True, exist_ok=True)
 
     runs: list[dict[str, Any]] = []

@@ -1,12 +1,17 @@
 """maxent-grpo: GRPO for TRL with robust generation backends and a maximum-entropy listwise objective.
 
 The public names are imported lazily (PEP 562), so that light submodules such as
-``maxent_grpo.training.generation.helpers`` load without importing torch, transformers and TRL.
+``maxent_grpo.training.generation.helpers`` load without importing torch, transformers and TRL. Importing the
+package silences transformers' and TRL's deprecation notices about each other (see `upstream_warnings`).
 """
 
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
+
+from maxent_grpo.upstream_warnings import ignore_upstream_deprecations
+
+ignore_upstream_deprecations()
 
 try:
     __version__ = version("maxent-grpo")

@@ -1,9 +1,12 @@
 """The `maxent-grpo` command: `demo`, `train`, `bench` and `config-reference`.
 
 `train` reads a YAML recipe and `--field value` overrides the way TRL's scripts do (`TrlParser`): every field of
-`MaxEntGRPOConfig` plus the script arguments of `TrainScriptArguments`, command-line values winning over the recipe.
-Input that cannot be used ends the command with one line on stderr and exit code 2; anything else is a bug and keeps
-its traceback.
+`TrainScriptArguments` (TRL's `ScriptArguments` plus the reward and column fields), `MaxEntGRPOConfig` and TRL's
+`ModelConfig`, command-line values winning over the recipe. Input that cannot be used ends the command with one line
+on stderr and exit code 2, a run whose every generation batch was dropped with one line and exit code 1, Ctrl-C with
+one line naming the checkpoint to resume from and exit code 130; anything else is a bug and keeps its traceback. The
+heavy modules (torch, transformers, TRL's trainer) are imported by the command that needs them, so that
+`maxent-grpo --help` answers at once.
 """
 
 from __future__ import annotations
@@ -12,22 +15,22 @@ import argparse
 import gc
 import os
 import sys
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
-from trl import TrlParser
+from trl import ModelConfig, TrlParser
 
-from maxent_grpo import config_reference, demo
-from maxent_grpo import script_args as inputs
-from maxent_grpo.config import MaxEntGRPOConfig
-from maxent_grpo.script_args import TrainScriptArguments, UsageError
-from maxent_grpo.trainer import MaxEntGRPOTrainer
+from maxent_grpo.ansi_free_output import strip_ansi_when_redirected
+from maxent_grpo.usage_error import UsageError
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
+
+    from maxent_grpo.config import MaxEntGRPOConfig
+    from maxent_grpo.script_args import TrainScriptArguments
+    from maxent_grpo.trainer import MaxEntGRPOTrainer
 
 PROG = "maxent-grpo"
 
@@ -41,15 +44,20 @@ class _ArgumentParser(argparse.ArgumentParser):
 
 # ---------------------------------------------------------------------------------------------------------- train
 class _RecipeParser(TrlParser):
-    """TRL's parser over the train script arguments and `MaxEntGRPOConfig`; bad arguments raise `UsageError`."""
+    """TRL's parser over the train script arguments, `MaxEntGRPOConfig` and `ModelConfig`; bad arguments raise
+    `UsageError`."""
 
     def __init__(self) -> None:
+        from maxent_grpo.config import MaxEntGRPOConfig
+        from maxent_grpo.script_args import TrainScriptArguments
+
         super().__init__(
-            (TrainScriptArguments, MaxEntGRPOConfig),
+            (TrainScriptArguments, MaxEntGRPOConfig, ModelConfig),
             prog=f"{PROG} train",
             description="Train with MaxEntGRPOTrainer. '--config recipe.yaml' reads field: value pairs from a YAML "
-            "recipe; '--field value' arguments override them. Fields: the script arguments below, then every field "
-            "of MaxEntGRPOConfig (TRL's GRPOConfig plus the MaxEnt and generation fields).",
+            "recipe; '--field value' arguments override them. Fields: the script arguments below, every field of "
+            "MaxEntGRPOConfig (TRL's GRPOConfig plus the MaxEnt and generation fields), then TRL's ModelConfig "
+            "(model_name_or_path, dtype, attn_implementation, model_revision, use_peft and the LoRA fields).",
         )
 
     def error(self, message: str) -> NoReturn:
@@ -61,6 +69,8 @@ def _read_recipe(path: str) -> dict[str, Any]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise UsageError(f"cannot read recipe {path!r}: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
+        raise UsageError(f"recipe {path!r} is not UTF-8 text (byte 0x{error.object[error.start]:02x})") from error
     try:
         recipe = yaml.safe_load(text)
     except yaml.MarkedYAMLError as error:
@@ -116,20 +126,22 @@ def _apply_recipe(parser: _RecipeParser, path: str) -> None:
     for key, value in recipe.items():
         if key not in actions or key == "help":
             raise UsageError(
-                f"unknown field {key!r} in recipe {path!r}: not a field of MaxEntGRPOConfig or of the train script "
-                "arguments (maxent-grpo train --help lists them)"
+                f"unknown field {key!r} in recipe {path!r}: not a field of MaxEntGRPOConfig, ModelConfig or the "
+                "train script arguments (maxent-grpo train --help lists them)"
             )
         defaults[key] = _recipe_value(actions[key], key, value, path)
     parser.set_defaults_with_config(**defaults)
 
 
-def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntGRPOConfig]:
-    """`(TrainScriptArguments, MaxEntGRPOConfig)` from ``[--config recipe.yaml] [--field value ...]``.
+def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntGRPOConfig, ModelConfig]:
+    """`(TrainScriptArguments, MaxEntGRPOConfig, ModelConfig)` from ``[--config recipe.yaml] [--field value ...]``.
 
     Raises:
         UsageError: missing or malformed recipe, unknown field, value of the wrong type, or a value the config
             rejects (its `ValueError` names the field).
     """
+    from maxent_grpo import script_args as inputs
+
     parser = _RecipeParser()
     args = list(argv)
     if "--config" in args:
@@ -139,38 +151,126 @@ def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntG
         _apply_recipe(parser, args[index + 1])
         del args[index : index + 2]
     try:
-        script_args, config, remaining = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
-    except ValueError as error:  # a dataclass's own validation (MaxEntGRPOConfig, GRPOConfig, TrainingArguments)
+        script_args, config, model_args, remaining = parser.parse_args_into_dataclasses(
+            args=args, return_remaining_strings=True
+        )
+    except ValueError as error:  # a dataclass's own validation (MaxEntGRPOConfig, TrainingArguments, ModelConfig)
         raise UsageError(str(error)) from error
     if remaining:
         raise UsageError(
-            f"unknown argument {remaining[0]!r}: not a field of MaxEntGRPOConfig or of the train script arguments "
-            "(maxent-grpo train --help lists them)"
+            f"unknown argument {remaining[0]!r}: not a field of MaxEntGRPOConfig, ModelConfig or the train script "
+            "arguments (maxent-grpo train --help lists them)"
         )
-    return script_args, config
+    inputs.check_required(script_args, model_args)
+    return script_args, config, model_args
 
 
 def _train(argv: Sequence[str]) -> int:
-    # Dotted paths (a custom maxent_mode_key) resolve from the working directory too, as in TRL's scripts.
+    from transformers.trainer_callback import ProgressCallback
+
+    from maxent_grpo import run_checks
+    from maxent_grpo import script_args as inputs
+    from maxent_grpo.line_progress import LineProgressCallback, silence_library_progress_bars
+    from maxent_grpo.prompt_checks import check_chat_template, check_prompts
+    from maxent_grpo.trainer import MaxEntGRPOTrainer
+
+    # Dotted paths (reward functions, a custom maxent_mode_key) resolve from the working directory too, as in TRL's
+    # scripts.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    script_args, config = parse_train_args(argv)
-    reward_funcs = inputs.load_reward_funcs(script_args.reward_funcs)
+    script_args, config, model_args = parse_train_args(argv)
+    log_file = not sys.stderr.isatty()  # progress as lines, not carriage-return redraws
+    if log_file:
+        silence_library_progress_bars()
+    reward_funcs = _load_rewards(script_args)
     inputs.check_generation_backend(config)
-    inputs.check_resume_checkpoint(config)
-    dataset = inputs.load_train_dataset(script_args)
+    inputs.check_streaming(script_args, config)
+    inputs.resolve_resume_checkpoint(config)
+    run_checks.check_output_dir(config.output_dir)
+    run_checks.check_report_to(config)
+    dataset = _load_dataset(script_args)
+    eval_dataset = inputs.load_eval_dataset(script_args, config)
+    run_checks.check_eval_data(config, has_eval_dataset=eval_dataset is not None)
+    chat_prompts = check_prompts(dataset, script_args.dataset_name)
     inputs.check_reward_columns(reward_funcs, dataset)
-    model, tokenizer = inputs.load_model(script_args, config)
+    if not script_args.dataset_streaming:
+        run_checks.check_batch_fits_dataset(config, len(dataset))
     trainer = MaxEntGRPOTrainer(
-        model=model, reward_funcs=reward_funcs, args=config, train_dataset=dataset, processing_class=tokenizer
+        reward_funcs=reward_funcs,
+        args=config,
+        train_dataset=dataset,
+        eval_dataset=eval_dataset,
+        **_load_model(model_args, config),
     )
-    trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
-    trainer.save_model(config.output_dir)
+    if chat_prompts:
+        check_chat_template(trainer.processing_class, model_args.model_name_or_path)
+    run_checks.check_logits_fit(config, trainer.model, trainer.accelerator.device)
+    if script_args.ignore_bias_buffers:
+        inputs.ignore_bool_buffers(trainer.model)
+    if log_file and trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(LineProgressCallback())
+    _run(trainer, config)
     trainer.accelerator.print(f"Model saved to {config.output_dir}")
     accelerator = trainer.accelerator
     del trainer  # see `_end_training`
     _end_training(accelerator)
     return 0
+
+
+def _load_rewards(script_args: TrainScriptArguments) -> list:
+    from maxent_grpo.reward_loading import load_reward_funcs
+
+    return load_reward_funcs(script_args.reward_funcs, script_args.reward_model_name_or_path)
+
+
+def _load_dataset(script_args: TrainScriptArguments):
+    from maxent_grpo import script_args as inputs
+    from maxent_grpo.data_file_checks import check_data_file, dataset_read_errors
+    from maxent_grpo.hub_access import check_source
+
+    name = script_args.dataset_name
+    if name != inputs.VOWELS_DATASET:
+        check_source(name, "dataset")
+        check_data_file(name)
+    with dataset_read_errors(name):
+        return inputs.load_train_dataset(script_args)
+
+
+def _load_model(model_args: ModelConfig, config: MaxEntGRPOConfig) -> dict[str, Any]:
+    from maxent_grpo import script_args as inputs
+    from maxent_grpo.hub_access import check_model_source
+
+    if model_args.model_name_or_path != inputs.TINY_MODEL:
+        check_model_source(model_args.model_name_or_path)
+    return inputs.load_model(model_args, config)
+
+
+class TrainingFailed(Exception):
+    """Training ran and produced nothing usable (exit code 1); its message is one sentence."""
+
+
+class Interrupted(Exception):
+    """The run was interrupted (Ctrl-C, exit code 130); its message names the checkpoint to resume from."""
+
+
+def _run(trainer: MaxEntGRPOTrainer, config: MaxEntGRPOConfig) -> None:
+    """Train and save the final model, turning the ways a run can end badly into one-line errors."""
+    from maxent_grpo.interruption import interrupted_message
+    from maxent_grpo.save_errors import WRITE_ERRORS, SaveError, save_error
+    from maxent_grpo.trainer import NoUsableGenerationError
+
+    try:
+        trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
+    except KeyboardInterrupt as error:
+        raise Interrupted(interrupted_message(config.output_dir)) from error
+    except NoUsableGenerationError as error:
+        raise TrainingFailed(str(error)) from error
+    except SaveError as error:
+        raise UsageError(str(error)) from error
+    try:
+        trainer.save_model(config.output_dir)
+    except WRITE_ERRORS as error:
+        raise UsageError(str(save_error(f"the model in {config.output_dir}", config.output_dir, error))) from error
 
 
 def _end_training(accelerator: Accelerator) -> None:
@@ -186,11 +286,21 @@ def _end_training(accelerator: Accelerator) -> None:
     """
     accelerator.free_memory()  # the accelerator's references to the DDP-wrapped model, optimizer and data loaders
     gc.collect()  # the trainer's reference cycles, and with them the wrapped model and its reducer
+    if "vllm" in sys.modules:
+        # A colocated vLLM engine keeps process groups of its own on top of the default one, and destroys them when
+        # the interpreter exits, after the default group is gone ("Invalid process group specified"): destroy them
+        # first, with vLLM's own teardown, which ends with the default group.
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
     accelerator.end_training()
 
 
 # ----------------------------------------------------------------------------------------------------------- demo
 def _demo(argv: Sequence[str]) -> int:
+    from maxent_grpo import demo
+
     parser = _ArgumentParser(
         prog=f"{PROG} demo",
         description="Train MaxEnt-GRPO on the tiny offline model and the bundled 'pick a vowel:' task (CPU, no "
@@ -207,6 +317,10 @@ def _demo(argv: Sequence[str]) -> int:
     options = parser.parse_args(argv)
     if options.steps < 1:
         raise UsageError(f"--steps {options.steps} is invalid: expected an integer >= 1")
+    if options.output_dir is not None:
+        from maxent_grpo.run_checks import check_output_dir
+
+        check_output_dir(str(options.output_dir))
 
     print(
         f"MaxEnt-GRPO demo: tiny offline model, prompt {demo.VOWEL_PROMPT!r}, reward 1 for an answer that starts with "
@@ -240,6 +354,8 @@ def _bench(argv: Sequence[str]) -> int:
 
 
 def _config_reference(argv: Sequence[str]) -> int:
+    from maxent_grpo import config_reference
+
     parser = _ArgumentParser(
         prog=f"{PROG} config-reference",
         description="Print the configuration reference (Markdown), or rewrite the marked block of a README.",
@@ -278,8 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("command", choices=list(COMMANDS), metavar="command", help="one of the commands above")
     parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    if not sys.warnoptions:  # upstream deprecation notices (FutureWarning) stay quiet unless asked for with -W
-        warnings.simplefilter("ignore", FutureWarning)
+    strip_ansi_when_redirected()
     argv = sys.argv[1:] if argv is None else list(argv)
     prog = PROG
     try:
@@ -292,6 +407,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
+    except TrainingFailed as error:
+        print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 1
+    except Interrupted as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # before training started, or in another command
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 OBJECTIVES = ("grpo", "listwise")
+VLLM_DTYPES = ("training", "auto", "float32", "bfloat16", "float16")
 
 
 def _fail(name: str, value: Any, allowed: str) -> None:
@@ -62,6 +63,15 @@ class MaxEntGRPOConfig(GRPOConfig):
     vllm_request_attempts: int = field(
         default=3,
         metadata={"help": "Attempts per vLLM server request on connection errors, timeouts and HTTP 5xx."},
+    )
+    vllm_dtype: str = field(
+        default="training",
+        metadata={
+            "help": "Data type of the colocated vLLM engine (colocate mode only). 'training': the dtype the training "
+            "forward computes in (bfloat16 with bf16, float16 with fp16, else the parameters' dtype), so the engine "
+            "samples from the policy being trained (vLLM's own choice turns a float32 checkpoint into bfloat16); "
+            "'auto': vLLM's choice, as stock TRL leaves it; or 'float32', 'bfloat16', 'float16'."
+        },
     )
 
     # Dynamic sampling (DAPO)
@@ -169,9 +179,21 @@ class MaxEntGRPOConfig(GRPOConfig):
         self._validate()
 
     def _validate(self) -> None:
+        self._validate_trl_fields()
         self._validate_generation_fields()
         self._validate_dynamic_sampling_fields()
         self._validate_maxent_fields()
+
+    def _validate_trl_fields(self) -> None:
+        """TRL fields that TRL checks only once training has started (or never)."""
+        if not (self.beta >= 0 and math.isfinite(self.beta)):
+            _fail("beta", self.beta, "a finite number >= 0 (the KL coefficient)")
+        if not (self.learning_rate >= 0 and math.isfinite(self.learning_rate)):
+            _fail("learning_rate", self.learning_rate, "a finite number >= 0")
+        if self.per_device_train_batch_size < 1:
+            _fail("per_device_train_batch_size", self.per_device_train_batch_size, "an integer >= 1")
+        if self.max_completion_length is not None and self.max_completion_length < 1:
+            _fail("max_completion_length", self.max_completion_length, "an integer >= 1")
 
     def _validate_generation_fields(self) -> None:
         if self.generation_max_retries is not None and self.generation_max_retries < 0:
@@ -190,6 +212,8 @@ class MaxEntGRPOConfig(GRPOConfig):
             _fail("vllm_request_timeout", self.vllm_request_timeout, "a number of seconds > 0")
         if self.vllm_request_attempts < 1:
             _fail("vllm_request_attempts", self.vllm_request_attempts, "an integer >= 1")
+        if self.vllm_dtype not in VLLM_DTYPES:
+            _fail("vllm_dtype", self.vllm_dtype, f"one of {VLLM_DTYPES}")
 
     def _validate_dynamic_sampling_fields(self) -> None:
         if self.dynamic_sampling_max_rounds < 1:

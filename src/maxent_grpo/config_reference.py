@@ -10,6 +10,8 @@ import dataclasses
 import inspect
 from pathlib import Path
 
+from trl import ModelConfig, ScriptArguments
+
 from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.script_args import TrainScriptArguments
 
@@ -46,6 +48,11 @@ def fields_table(cls: type) -> str:
     return "\n".join(rows)
 
 
+def field_names(cls: type) -> str:
+    """The fields of dataclass ``cls``, as a comma-separated list of Markdown code spans."""
+    return ", ".join(f"`{field.name}`" for field in dataclasses.fields(cls))
+
+
 def render_config_reference() -> str:
     """The Markdown that goes between the README's config-reference markers."""
     return "\n".join(
@@ -57,7 +64,10 @@ def render_config_reference() -> str:
             "",
             fields_table(MaxEntGRPOConfig),
             "",
-            "`maxent-grpo train` also takes these script arguments, in a recipe or as `--field value`:",
+            "`maxent-grpo train` also takes, in a recipe or as `--field value`, the fields of TRL's `ScriptArguments` "
+            f"({field_names(ScriptArguments)}) and of TRL's `ModelConfig` ({field_names(ModelConfig)}), with TRL's "
+            "meaning (`dataset_name` may also be a local file or 'vowels', `model_name_or_path` also 'tiny'), plus "
+            "these script arguments:",
             "",
             fields_table(TrainScriptArguments),
         ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -118,15 +119,20 @@ def demo_config(output_dir: str | Path, steps: int, seed: int, report_to: str) -
 
 
 class RewardProgressBar(TrainerCallback):
-    """A progress bar over training steps that shows the latest mean reward instead of printing every log."""
+    """A progress bar over training steps that shows the latest mean reward instead of printing every log.
+
+    When stderr is not a terminal (a log file), a line every tenth of the run instead: a bar redraws itself with
+    carriage returns, which a log file keeps as one ever-growing line.
+    """
 
     def __init__(self) -> None:
         self.bar: tqdm | None = None
+        self.lines = not sys.stderr.isatty()
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        if state.is_world_process_zero:
+        if state.is_world_process_zero and not self.lines:
             self.bar = tqdm(total=state.max_steps, desc="training", unit="step", dynamic_ncols=True)
 
     def on_step_end(
@@ -143,7 +149,18 @@ class RewardProgressBar(TrainerCallback):
         logs: dict[str, float] | None = None,
         **kwargs: Any,
     ) -> None:
-        if self.bar is None or not logs or "reward" not in logs:
+        if not logs or "reward" not in logs:
+            return
+        if self.lines:
+            step, tenth = state.global_step, max(state.max_steps // 10, 1)
+            if state.is_world_process_zero and (step % tenth == 0 or step >= state.max_steps):
+                share = 100 * state.global_step // state.max_steps
+                print(
+                    f"training: {share}% ({state.global_step}/{state.max_steps} steps), reward={logs['reward']:.2f}",
+                    file=sys.stderr,
+                )
+            return
+        if self.bar is None:
             return
         self.bar.set_postfix(reward=f"{logs['reward']:.2f}")
         if state.global_step >= state.max_steps:  # the last step's log: close before the loggers' closing words

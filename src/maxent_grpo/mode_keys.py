@@ -27,12 +27,13 @@ Built-in keys (see [`BUILTIN_MODE_KEYS`]):
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable, Hashable, Sequence
 
 import torch
 from transformers import PreTrainedTokenizerBase
+
+from maxent_grpo.dotted_path import import_callable
 
 __all__ = [
     "BUILTIN_MODE_KEYS",
@@ -91,26 +92,6 @@ BUILTIN_MODE_KEYS: dict[str, ModeKey] = {
 """Built-in mode keys by name."""
 
 
-def _import_callable(path: str) -> Callable[..., object]:
-    """Import ``package.module:attr`` or ``package.module.attr``; ValueError saying what failed."""
-    module_name, sep, attr_path = path.partition(":")
-    if not sep:
-        module_name, _, attr_path = path.rpartition(".")
-    if not module_name or not attr_path:
-        raise ValueError(f"{path!r} is not a dotted path 'package.module:function' or 'package.module.function'")
-    try:
-        target: object = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"cannot import module {module_name!r} for mode key {path!r}: {error}") from error
-    for attr in attr_path.split("."):
-        if not hasattr(target, attr):
-            raise ValueError(f"module {module_name!r} has no attribute {attr_path!r} (mode key {path!r})")
-        target = getattr(target, attr)
-    if not callable(target):
-        raise ValueError(f"mode key {path!r} resolves to a {type(target).__name__}, which is not callable")
-    return target
-
-
 def _accepts_ids(fn: Callable[..., object]) -> bool:
     """Whether ``fn`` can be called as ``fn(text, completion_ids)``; else it must accept ``fn(text)``."""
     try:
@@ -167,7 +148,7 @@ def resolve_mode_key(spec: str | Callable[..., object] | None) -> ModeKey | None
                 f"unknown mode key {spec!r}: expected one of {sorted(BUILTIN_MODE_KEYS)} "
                 "or a dotted path 'package.module:function'"
             )
-        return _as_mode_key(_import_callable(spec))
+        return _as_mode_key(import_callable(spec, "mode key"))
     if callable(spec):
         return _as_mode_key(spec)
     raise ValueError(f"mode key must be None, a string or a callable, got a {type(spec).__name__}: {spec!r}")

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import importlib.util
 import json
 import logging
 import os
+import shutil
 from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,23 +21,32 @@ from trl.trainer.utils import nanmax, nanmin, nanstd
 
 from maxent_grpo.config import maxent_config_from
 from maxent_grpo.listwise import ListwiseObjective
+from maxent_grpo.resume import latest_complete_checkpoint
+from maxent_grpo.save_errors import WRITE_ERRORS, SaveError, save_error
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, RefillOutcome
 from maxent_grpo.training.generation.backends import (
     GenerationBackend,
     TransformersBackend,
     VLLMColocateBackend,
     VLLMServerBackend,
+    colocate_engine,
 )
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.completion_format import format_completions
 from maxent_grpo.training.generation.rows import GeneratedRows
 from maxent_grpo.training.generation.step import Collectives, GenerationStep, GroupAgreement, StepMetrics
 from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
+from maxent_grpo.training.reference_model import built_in_process, reference_from_policy
 from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning
 
 logger = logging.getLogger(__name__)
 
 CONTROLLER_STATE_FILE = "maxent_controllers.json"
+
+
+class NoUsableGenerationError(RuntimeError):
+    """Training stopped, or ended, without one usable prompt group: the model was not trained on anything."""
+
 
 #: TRL loss types whose normaliser is per micro-batch (rows, or tokens for bnpo), see `_close_window`.
 PER_MICRO_BATCH_LOSSES = frozenset({"grpo", "bnpo", "dr_grpo", "sapo", "luspo"})
@@ -51,7 +65,17 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     - `_compute_loss`: TRL's loss, normalisers and metrics on the kept rows of each micro-batch only.
     - `_clip_grad_norm` / `_get_grad_norm`: close each optimizer window before clipping: no gradient when no
       micro-batch held a kept row (no parameter changes), else a mean over the micro-batches that held some.
-    - `_save_checkpoint` / `_load_optimizer_and_scheduler`: controller state travels with checkpoints.
+    - `train`: ``resume_from_checkpoint=True`` takes the latest *complete* checkpoint (partial ones skipped); a run
+      in which every generation batch was dropped raises `NoUsableGenerationError` at its end instead of returning
+      as if it had trained.
+    - `_save_checkpoint` / `_load_optimizer_and_scheduler`: controller state travels with checkpoints; a checkpoint
+      whose saving failed (full disk, Ctrl-C) is removed rather than left looking complete, and a write failure is
+      raised as `SaveError`.
+    - `_issue_warnings_after_load`: no "missing keys" warning for tied weights a checkpoint rightly leaves out.
+
+    With ``beta != 0``, a model built in-process (no name to load it again) gets its copy as the reference model,
+    where TRL can only load the reference by name (see `maxent_grpo.training.reference_model`). With vLLM colocate,
+    the engine TRL builds runs in ``vllm_dtype`` (see `maxent_grpo.training.generation.backends.colocate_engine`).
 
     Args:
         generation_backend: any object implementing `GenerationBackend`. When None, the trainer builds the built-in
@@ -78,9 +102,21 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                     f"MaxEntGRPOTrainer does not support `{unsupported}`: its generation step is the backend + "
                     "retry/drop pipeline. Use a custom `generation_backend` instead."
                 )
-        super().__init__(*positional, **kwargs)
-        if self.use_vllm and self.vllm_mode == "colocate" and self.args.vllm_tensor_parallel_size > 1:
+        config = positional[2] if len(positional) > 2 else kwargs["args"]
+        if config.use_vllm and config.vllm_mode == "colocate" and config.vllm_tensor_parallel_size > 1:
             raise ValueError("vllm_tensor_parallel_size > 1 is not supported by MaxEntGRPOTrainer's colocate backend.")
+        with contextlib.ExitStack() as building:
+            # TRL builds the reference model (beta != 0) by name only; a model built in-process gets its copy instead.
+            if built_in_process(model):
+                building.enter_context(reference_from_policy(model))
+            if config.use_vllm and config.vllm_mode == "colocate" and importlib.util.find_spec("vllm") is not None:
+                if config.vllm_enable_sleep_mode:
+                    colocate_engine.check_sleep_mode()
+                dtype = partial(
+                    colocate_engine.engine_dtype_name, config.vllm_dtype, bf16=config.bf16, fp16=config.fp16
+                )
+                building.enter_context(colocate_engine.engine_dtype(lambda: dtype(self.model)))
+            super().__init__(*positional, **kwargs)
         if generation_backend is not None and not isinstance(generation_backend, GenerationBackend):
             raise TypeError(f"generation_backend {generation_backend!r} has no generate(prompts, counts) method.")
         self.generation_backend = generation_backend if generation_backend is not None else self._default_backend()
@@ -91,6 +127,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._last_completion_texts: list[str] = []
         self._last_rewards_per_func: torch.Tensor | None = None
         self._consecutive_empty_batches = 0
+        self._train_batches = {"generated": 0, "kept": 0}  # generation batches of the current `train` call
         self._window_units = 0  # (process, micro-batch) pairs with a kept row in this optimizer window
         self._vocab_size = len(self._tokenizer)
         self.reward_funcs = [
@@ -118,6 +155,33 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             seed=self.args.seed,
         )
 
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
+        """`Trainer.train`, with two differences.
+
+        ``resume_from_checkpoint=True`` skips checkpoints whose save did not finish: Transformers resumes from the
+        highest `checkpoint-<step>` of `output_dir` even without its `trainer_state.json` (a save cut short by a full
+        disk or a killed job) and then fails after loading the weights; here such a checkpoint is skipped with a
+        warning and the latest complete one is used.
+
+        A run in which every generation batch was dropped raises `NoUsableGenerationError`: fewer empty batches than
+        `generation_max_consecutive_empty_batches` do not stop a run, so a short run could otherwise end normally,
+        and save, without a single parameter update.
+        """
+        if resume_from_checkpoint is True:
+            checkpoint = latest_complete_checkpoint(Path(self.args.output_dir))
+            if checkpoint is None:
+                raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir}).")
+            resume_from_checkpoint = str(checkpoint)
+        self._train_batches = {"generated": 0, "kept": 0}
+        output = super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        generated = self._train_batches["generated"]
+        if generated and not self._train_batches["kept"]:
+            raise NoUsableGenerationError(
+                f"every one of the {generated} generation batches of this run was dropped (no prompt group came back "
+                "complete after retries), so no parameter was updated; the warnings above name the causes"
+            )
+        return output
+
     # ----------------------------------------------------------------------------------------------- backends
     def _default_backend(self) -> GenerationBackend:
         args = self.args
@@ -136,7 +200,16 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             "weight_sync": self.vllm_generation.sync_weights,
         }
         if self.vllm_mode == "colocate":
-            return VLLMColocateBackend(self.vllm_generation.llm, self._tokenizer, **sampling)
+            if colocate_engine.engine_on_cpu():
+                sampling["weight_sync"] = colocate_engine.ReloadWeightSync(self.vllm_generation)
+            llm = self.vllm_generation.llm
+            return VLLMColocateBackend(
+                llm,
+                self._tokenizer,
+                sleep_mode=args.vllm_enable_sleep_mode,
+                max_model_len=llm.llm_engine.model_config.max_model_len,
+                **sampling,
+            )
         base_url = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
         return VLLMServerBackend(
             base_url,
@@ -208,7 +281,11 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._global_row_keep = agreement.global_keep
         self._last_completion_texts = rows.texts
         self._log_generation_metrics(mode, step.metrics(batch, agreement, self._stop_ids))
-        if not bool(agreement.group_kept.any()):
+        kept_any = bool(agreement.group_kept.any())
+        if mode == "train":
+            self._train_batches["generated"] += 1
+            self._train_batches["kept"] += int(kept_any)
+        if not kept_any:
             self._on_empty_batch(mode, len(agreement.group_kept), batch.reasons)
         elif mode == "train":
             self._consecutive_empty_batches = 0
@@ -282,7 +359,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._consecutive_empty_batches += 1
         limit = self.args.generation_max_consecutive_empty_batches
         if self._consecutive_empty_batches >= limit:
-            raise RuntimeError(
+            raise NoUsableGenerationError(
                 f"Generation produced no usable prompt group in {self._consecutive_empty_batches} consecutive batches "
                 f"(generation_max_consecutive_empty_batches={limit}); stopping instead of training on nothing. "
                 f"Last causes on this process: {causes}."
@@ -477,17 +554,55 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------------------------------- checkpoints
     def _save_checkpoint(self, model, trial) -> None:
         """Also write one JSON file: the listwise controllers' state at its top level, the dynamic sampler's under
-        its own key (each only when in use)."""
+        its own key (each only when in use). A checkpoint folder this call created is removed when saving fails, so
+        that a partial checkpoint never looks like one to resume from."""
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        existed = os.path.exists(folder)
+        try:
+            self._save_checkpoint_files(model, trial, folder)
+        except BaseException as error:  # also KeyboardInterrupt: re-raised once the partial folder is gone
+            failure = None
+            if isinstance(error, WRITE_ERRORS) and not isinstance(error, SaveError):  # free space measured first
+                failure = save_error(f"checkpoint {folder} (the partial folder was removed)", folder, error)
+            if not existed and self.args.should_save:
+                shutil.rmtree(folder, ignore_errors=True)
+            if failure is not None:
+                raise failure from error
+            raise
+
+    def _save_checkpoint_files(self, model, trial, folder: str) -> None:
         super()._save_checkpoint(model, trial)
         state = {} if self.listwise is None else self.listwise.state_dict(self)
         if self.dynamic_sampler is not None:
             state[DynamicSampler.checkpoint_key] = self.dynamic_sampler.state_dict()
         if state and self.args.should_save:
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
             with open(os.path.join(folder, CONTROLLER_STATE_FILE), "w") as handle:
                 json.dump(state, handle)
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """Transformers' warning, less the tied weights a checkpoint rightly leaves out.
+
+        A tied parameter (`lm_head.weight` sharing `model.embed_tokens.weight`) is saved once, so loading a
+        checkpoint reports it missing. Transformers' check only knows `_keys_to_ignore_on_save`, empty for tied models
+        since transformers 5, and so warns "There were missing keys in the checkpoint model loaded:
+        ['lm_head.weight']" on every resume although nothing is lost. A missing key is left out of the warning only
+        when it is a tied parameter that really is the same tensor as a parameter that was loaded.
+        """
+        tied = getattr(self.model, "all_tied_weights_keys", None) or {}
+        parameters = dict(self.model.named_parameters(remove_duplicate=False))
+        missing = set(load_result.missing_keys)
+
+        def restored_by_tie(key: str) -> bool:
+            source = tied.get(key)
+            return (
+                source is not None
+                and source not in missing
+                and key in parameters
+                and parameters[key] is parameters.get(source)
+            )
+
+        kept = [key for key in load_result.missing_keys if not restored_by_tie(key)]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=kept))
 
     def _load_optimizer_and_scheduler(self, checkpoint) -> None:
         """Also restore what `_save_checkpoint` wrote (a file holding only listwise keys reads the same way)."""

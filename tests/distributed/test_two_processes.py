@@ -16,7 +16,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _launch(tmp_path: Path, mode: str, probe: str = "probe_train.py") -> list[dict]:
+def _launch(tmp_path: Path, *probe_args: str, probe: str = "probe_train.py") -> list[dict]:
+    """Run ``probe`` (in this folder) on two processes with ``tmp_path`` and ``probe_args``; return each rank's JSON.
+    The run must exit 0 without a traceback (a clean end, see `maxent_grpo.cli._end_training`)."""
     accelerate = executable("accelerate")
     # ROOT for `tests.*`, ahead of the inherited path, which keeps the processes on the code this test imports.
     python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -24,12 +26,13 @@ def _launch(tmp_path: Path, mode: str, probe: str = "probe_train.py") -> list[di
     command = [
         accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
         "no", "--dynamo_backend", "no", "--main_process_port", "0",
-        str(ROOT / "tests" / "distributed" / probe), str(tmp_path), mode,
+        str(ROOT / "tests" / "distributed" / probe), str(tmp_path), *probe_args,
     ]  # fmt: skip
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     noise = ("Warning:", "warnings.warn(")
     stderr = "\n".join(line for line in result.stderr.splitlines() if not any(n in line for n in noise))
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-2000:]}\n{stderr[-6000:]}"
+    assert "Traceback" not in result.stderr, stderr[-6000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     return ranks
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_RECIPE = ROOT / "configs" / "recipes" / "demo.yaml"
@@ -33,10 +34,14 @@ def offline_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def run(command: Sequence[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(command), cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+def run(
+    command: Sequence[str], env: dict[str, str], timeout: float = 300, cwd: Path = ROOT, **popen: Any
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **popen)
 
 
-def run_cli(args: Sequence[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``maxent-grpo <args>`` through the installed console script."""
-    return run([executable("maxent-grpo"), *args], env, timeout)
+def run_cli(
+    args: Sequence[str], env: dict[str, str], timeout: float = 300, cwd: Path = ROOT, **popen: Any
+) -> subprocess.CompletedProcess[str]:
+    """``maxent-grpo <args>`` through the installed console script (``popen``: more `subprocess.run` arguments)."""
+    return run([executable("maxent-grpo"), *args], env, timeout, cwd, **popen)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import datasets
 import pytest
 
 from maxent_grpo.cli import main
+from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 from tests.e2e.cli_runner import DEMO_RECIPE, offline_env, run_cli
 
 
@@ -28,7 +31,20 @@ def _prompts_without_prompt_column(tmp_path: Path) -> str:
     return str(path)
 
 
+def _prompts(tmp_path: Path) -> str:
+    return _write(tmp_path / "prompts.jsonl", "\n".join(json.dumps({"prompt": f"q{i}:"}) for i in range(4)))
+
+
+def _partial_checkpoint(tmp_path: Path) -> str:
+    """An output_dir whose only checkpoint was cut short: weights written, no trainer_state.json."""
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_bytes(b"")
+    return str(tmp_path / "run")
+
+
 TRAIN = ["train", "--config", str(DEMO_RECIPE)]
+_EVAL = ["--eval_strategy", "steps", "--eval_steps", "1", "--per_device_eval_batch_size", "16"]
 
 # (case id, argv builder taking tmp_path, text the error line must contain)
 CASES = [
@@ -48,7 +64,17 @@ CASES = [
     ("missing-recipe", lambda t: ["train", "--config", str(t / "missing.yaml")], "missing.yaml"),
     ("recipe-not-yaml", lambda t: ["train", "--config", _recipe_with(t, "- a list item\n")], "not valid YAML"),
     ("recipe-not-a-mapping", lambda t: ["train", "--config", _write(t / "list.yaml", "- a\n- b\n")], "mapping"),
-    ("missing-required", lambda t: ["train", "--dataset_name", "vowels"], "--model_name_or_path"),
+    ("missing-required", lambda t: ["train", "--dataset_name", "vowels"], "--reward_funcs"),
+    (
+        "missing-model",
+        lambda t: ["train", "--dataset_name", "vowels", "--reward_funcs", "vowel_start", "--use_cpu", "true"],
+        "required: --model_name_or_path",
+    ),
+    (
+        "missing-model-and-dataset",
+        lambda t: ["train", "--reward_funcs", "vowel_start", "--use_cpu", "true"],
+        "required: --model_name_or_path, --dataset_name",
+    ),
     (
         "dataset-without-prompt-column",
         lambda t: [*TRAIN, "--dataset_name", _prompts_without_prompt_column(t)],
@@ -72,6 +98,44 @@ CASES = [
         lambda t: [*TRAIN, "--resume_from_checkpoint", str(t / "checkpoint-9")],
         "resume_from_checkpoint=",
     ),
+    (
+        "resume-true-without-checkpoint",
+        lambda t: [*TRAIN, "--output_dir", str(t), "--resume_from_checkpoint", "true"],
+        "holds no checkpoint-<step> folder to resume from",
+    ),
+    (
+        "resume-only-partial-checkpoints",
+        lambda t: [*TRAIN, "--resume_from_checkpoint", _partial_checkpoint(t)],
+        "no complete checkpoint in",
+    ),
+    (
+        "resume-a-partial-checkpoint",
+        lambda t: [*TRAIN, "--resume_from_checkpoint", str(Path(_partial_checkpoint(t)) / "checkpoint-2")],
+        "is not a checkpoint (no trainer_state.json)",
+    ),
+    (
+        "eval-split-missing",
+        lambda t: [*TRAIN, *_EVAL, "--dataset_name", _prompts(t)],
+        "(split 'test')",
+    ),
+    (
+        "streaming-without-max-steps",
+        lambda t: [*TRAIN, "--dataset_name", _prompts(t), "--dataset_streaming", "true", "--max_steps", "-1"],
+        "dataset_streaming=True needs max_steps",
+    ),
+    (
+        "streaming-with-dynamic-sampling",
+        lambda t: [*TRAIN, "--dataset_name", _prompts(t), "--dataset_streaming", "true", "--dynamic_sampling", "true"],
+        "cannot be combined with dynamic_sampling",
+    ),
+    ("quantized-tiny-model", lambda t: [*TRAIN, "--load_in_4bit", "true"], "the 'tiny' model is built in-process"),
+    (
+        "4-and-8-bit",
+        lambda t: [*TRAIN, "--load_in_4bit", "true", "--load_in_8bit", "true"],
+        "can't use 8 bit and 4 bit precision at the same time",
+    ),
+    ("unknown-attention", lambda t: [*TRAIN, "--attn_implementation", "nope"], "attn_implementation='nope'"),
+    ("unknown-dtype", lambda t: [*TRAIN, "--dtype", "float8"], "invalid choice: 'float8'"),
     ("demo-steps", lambda t: ["demo", "--steps", "0"], "--steps 0"),
     ("demo-unknown-flag", lambda t: ["demo", "--fast"], "--fast"),
     ("unknown-command", lambda t: ["fly"], "'fly'"),
@@ -106,6 +170,16 @@ def test_vllm_requested_but_not_installed(capsys):
     assert len(err.strip().splitlines()) == 1 and "use_vllm=True" in err and "vLLM" in err, err
 
 
+def test_only_partial_checkpoints_is_one_line_from_the_console_script(tmp_path):
+    result = run_cli([*TRAIN, "--resume_from_checkpoint", _partial_checkpoint(tmp_path)], offline_env(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"maxent-grpo train: error: resume_from_checkpoint={str(tmp_path / 'run')!r}: no complete checkpoint in "
+        f"{str(tmp_path / 'run')!r} (every checkpoint-<step> folder lacks trainer_state.json: their saves did not "
+        "finish)"
+    )
+
+
 def test_console_script_reports_bad_input_in_one_line(tmp_path):
     result = run_cli([*TRAIN, "--maxent_tau", "-1"], offline_env(tmp_path))
     assert result.returncode == 2
@@ -113,3 +187,174 @@ def test_console_script_reports_bad_input_in_one_line(tmp_path):
         result.stderr.strip() == "maxent-grpo train: error: maxent_tau=-1.0 is invalid: expected a finite number >= 0."
     )
     assert result.stdout == ""
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The same promise checked on the console script itself, as a user runs it: each case below is one `maxent-grpo`
+# subprocess (run a few at a time), whose exit code and whole stderr are checked.
+
+
+def _jsonl(path: Path, rows: list) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def _bytes(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+def _tiny_model_without_chat_template(path: Path) -> str:
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.chat_template = None
+    build_tiny_model(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def _module(path: Path, dotted_path: str) -> str:
+    """An empty module at ``path``; returns ``dotted_path``."""
+    path.write_text("")
+    return dotted_path
+
+
+def _folder(path: Path) -> str:
+    path.mkdir()
+    return str(path)
+
+
+def _recipe_bytes(path: Path, data: bytes) -> str:
+    return _bytes(path, DEMO_RECIPE.read_bytes() + data)
+
+
+def _chat_prompts_and_a_model_without_chat_template(scratch: Path) -> list[str]:
+    prompts = _jsonl(scratch / "chat.jsonl", [{"prompt": [{"role": "user", "content": "pick a vowel:"}]}] * 16)
+    return ["--dataset_name", prompts, "--model_name_or_path", _tiny_model_without_chat_template(scratch / "model")]
+
+
+HUGE_BATCH = [
+    "--num_generations", "1000000", "--per_device_train_batch_size", "1000000", "--max_completion_length", "100000"
+]  # fmt: skip
+QUICK = [*TRAIN, "--max_steps", "1"]
+
+# (case id, argv builder taking a scratch folder, text the error line must contain); the subprocess runs in the
+# scratch folder.
+SUBPROCESS_CASES = [
+    # Own reward functions and reward models (issue item 1)
+    ("reward-module-missing", lambda t: [*TRAIN, "--reward_funcs", "no_such_module.reward"], "'no_such_module'"),
+    (
+        "reward-attribute-missing",
+        lambda t: [*TRAIN, "--reward_funcs", _module(t / "my_rewards.py", "my_rewards:nope")],
+        "has no attribute 'nope'",
+    ),
+    ("reward-not-a-name", lambda t: [*TRAIN, "--reward_funcs", "contains_digit"], "or a dotted path"),
+    (
+        "reward-model-missing",
+        lambda t: [*TRAIN, "--reward_model_name_or_path", "./no-reward-model"],
+        "reward model './no-reward-model': no such file or directory",
+    ),
+    # Prompts that cannot be generated from (item 2)
+    (
+        "integer-prompts",
+        lambda t: [*TRAIN, "--dataset_name", _jsonl(t / "ints.jsonl", [{"prompt": 5}, {"prompt": 6}])],
+        "the prompt of row 0 is 5, of type int",
+    ),
+    (
+        "chat-prompts-without-chat-template",
+        lambda t: [*QUICK, *_chat_prompts_and_a_model_without_chat_template(t)],
+        "has no chat template",
+    ),
+    # Tracebacks that become one line (item 3)
+    ("recipe-not-utf8", lambda t: ["train", "--config", _recipe_bytes(t / "r.yaml", b"# \xff\xfe\n")], "not UTF-8"),
+    ("empty-jsonl", lambda t: [*TRAIN, "--dataset_name", _bytes(t / "empty.jsonl", b"")], "empty.jsonl' is empty"),
+    (
+        "jsonl-not-utf8",
+        lambda t: [*TRAIN, "--dataset_name", _bytes(t / "latin.jsonl", b'{"prompt": "a"}\n{"prompt": "\xe9"}\n')],
+        "is not UTF-8 text: line 2 holds the byte 0xe9",
+    ),
+    (
+        "malformed-jsonl",
+        lambda t: [*TRAIN, "--dataset_name", _bytes(t / "bad.jsonl", b'{"prompt": "a"}\n{"prompt": \n')],
+        "cannot read dataset",
+    ),
+    (
+        "folder-without-model-config",
+        lambda t: [*TRAIN, "--model_name_or_path", _folder(t / "out")],
+        "holds no config.json",
+    ),
+    ("max-completion-length-0", lambda t: [*TRAIN, "--max_completion_length", "0"], "max_completion_length=0"),
+    ("negative-learning-rate", lambda t: [*TRAIN, "--learning_rate", "-0.01"], "learning_rate=-0.01 is invalid"),
+    ("nan-learning-rate", lambda t: [*TRAIN, "--learning_rate", "nan"], "learning_rate=nan is invalid"),
+    ("batch-size-0", lambda t: [*TRAIN, "--per_device_train_batch_size", "0"], "per_device_train_batch_size=0"),
+    ("output-dir-is-a-file", lambda t: [*TRAIN, "--output_dir", _write(t / "f", "")], "is a file"),
+    ("demo-output-dir-is-a-file", lambda t: ["demo", "--output-dir", _write(t / "f", "")], "is a file"),
+    (
+        "eval-without-eval-data",
+        lambda t: [*TRAIN, "--eval_strategy", "steps", "--per_device_eval_batch_size", "16"],
+        "eval_strategy='steps' needs evaluation data",
+    ),
+    # Nonsense values (item 4)
+    ("negative-beta", lambda t: [*TRAIN, "--beta", "-0.5"], "beta=-0.5 is invalid"),
+    (
+        "batch-larger-than-dataset",
+        lambda t: [*TRAIN, "--dataset_num_prompts", "2", "--num_generations", "4"],
+        "one generation batch needs 4 distinct prompts",
+    ),
+    (
+        "logits-larger-than-memory",
+        lambda t: [*TRAIN, *HUGE_BATCH],
+        "the logits of one micro-batch need",
+    ),
+    # Misleading look-ups (item 5)
+    ("dot-slash-missing-file", lambda t: [*TRAIN, "--dataset_name", "./nosuch.jsonl"], "no such file or directory"),
+    ("bare-missing-file", lambda t: [*TRAIN, "--dataset_name", "maths.jsonl"], "'maths.jsonl': no such file"),
+    (
+        "uncached-model-offline",
+        lambda t: [*TRAIN, "--model_name_or_path", "my-tiny-lama"],
+        "not in the Hub cache; offline mode is on (HF_HUB_OFFLINE)",
+    ),
+]
+if importlib.util.find_spec("wandb") is None:
+    SUBPROCESS_CASES.append(
+        ("report-to-missing-integration", lambda t: [*TRAIN, "--report_to", "wandb"], "needs the wandb package")
+    )
+
+
+@pytest.fixture(scope="module")
+def subprocess_results(tmp_path_factory) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Every case of `SUBPROCESS_CASES` run as ``maxent-grpo`` in its own scratch folder, a few at a time."""
+    root = tmp_path_factory.mktemp("bad-input")
+    env = offline_env(root)
+
+    def run_case(case_id, argv):
+        scratch = root / case_id
+        scratch.mkdir()
+        return run_cli(argv(scratch), env, cwd=scratch)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {case_id: pool.submit(run_case, case_id, argv) for case_id, argv, _ in SUBPROCESS_CASES}
+        return {case_id: future.result() for case_id, future in futures.items()}
+
+
+@pytest.mark.parametrize(
+    ("case_id", "expected"), [(c[0], c[2]) for c in SUBPROCESS_CASES], ids=[c[0] for c in SUBPROCESS_CASES]
+)
+def test_console_script_exits_2_with_one_line(case_id, expected, subprocess_results):
+    result = subprocess_results[case_id]
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith("maxent-grpo ") and "error:" in lines[0] and expected in lines[0], lines[0]
+
+
+def test_unreachable_hub_fails_at_once_without_retries(tmp_path):
+    env = offline_env(tmp_path, HF_ENDPOINT="http://127.0.0.1:9")  # nothing listens on the discard port
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        env.pop(name, None)
+    result = run_cli([*TRAIN, "--dataset_name", "no-such-org/maths"], env)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip() == (
+        "maxent-grpo train: error: cannot load dataset 'no-such-org/maths': no local file or directory of that name, "
+        "and the Hugging Face Hub cannot be asked: http://127.0.0.1:9 is unreachable (ConnectionError); set "
+        "HF_HUB_OFFLINE=1 to use the local Hub cache"
+    )

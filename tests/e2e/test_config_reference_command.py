@@ -16,8 +16,10 @@ def test_readme_configuration_reference_is_up_to_date():
 
 def test_reference_lists_own_fields_and_script_arguments_only():
     reference = render_config_reference()
-    for name in ("maxent_objective", "maxent_mode_key", "generation_max_retries", "kl_target", "dataset_name"):
+    for name in ("maxent_objective", "maxent_mode_key", "generation_max_retries", "kl_target", "reward_funcs"):
         assert f"| `{name}` |" in reference
+    for trl_script_field in ("dataset_name", "dataset_test_split", "model_name_or_path", "use_peft", "lora_r"):
+        assert f"`{trl_script_field}`" in reference  # named, with TRL's meaning
     for inherited in ("learning_rate", "num_generations", "use_vllm"):  # TRL's fields are documented by TRL
         assert f"| `{inherited}` |" not in reference
 

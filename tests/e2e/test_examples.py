@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 
 import pytest
@@ -18,6 +19,7 @@ def test_trl_pr_benchmark_runs_offline_on_the_tiny_model(tmp_path):
     result = run(command, offline_env(tmp_path))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert re.search(r"^2 steps in [\d.]+ s .*mean reward first step [\d.]+, last step [\d.]+$", result.stdout, re.M)
+    assert "FutureWarning" not in result.stderr  # transformers / TRL deprecation notices stay quiet, as in the CLI
 
 
 def test_custom_mode_key_example_resolves_its_key_by_dotted_path(tmp_path):
@@ -27,3 +29,24 @@ def test_custom_mode_key_example_resolves_its_key_by_dotted_path(tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert re.search(r"^before: reward [\d.]+, vowels \d/5, coverage [\d.]+$", result.stdout, re.M)
     assert re.search(r"^after:  reward [\d.]+, vowels \d/5, coverage [\d.]+$", result.stdout, re.M)
+    assert "FutureWarning" not in result.stderr
+
+
+def _readme_quickstart() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Quickstart (Python)", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_quickstart_shows_the_reward_rising_without_upstream_warnings(tmp_path):
+    script = tmp_path / "quickstart.py"
+    script.write_text(_readme_quickstart())
+    result = subprocess.run(  # in tmp_path: the quickstart writes to outputs/quickstart
+        [sys.executable, str(script)], cwd=tmp_path, env=offline_env(tmp_path), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    match = re.search(r"^mean reward: steps 1-10 ([\d.]+), steps 41-50 ([\d.]+)$", result.stdout, re.M)
+    assert match, result.stdout[-2000:]
+    first, last = map(float, match.groups())
+    assert first < 0.3 and last > 0.7, (first, last)
+    assert "Warning" not in result.stderr, result.stderr[-4000:]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -35,6 +36,34 @@ def test_train_saves_a_checkpoint_and_resumes_from_it_to_max_steps(tmp_path):
     assert state["global_step"] == 4
     # Steps 1-2 come from the checkpoint's history, 3-4 were trained after resuming.
     assert [entry["step"] for entry in state["log_history"] if "loss" in entry] == [1, 2, 3, 4]
+
+
+def _cut_short(checkpoint, step: int):
+    """A copy of ``checkpoint`` as checkpoint-<step>, as a save interrupted before trainer_state.json leaves it."""
+    partial = checkpoint.parent / f"checkpoint-{step}"
+    shutil.copytree(checkpoint, partial)
+    (partial / "trainer_state.json").unlink()
+    return partial
+
+
+def test_resume_from_the_output_dir_or_true_takes_the_latest_complete_checkpoint(tmp_path):
+    output_dir = tmp_path / "run"
+    env = offline_env(tmp_path)
+    common = ["train", "--config", str(DEMO_RECIPE), "--output_dir", str(output_dir), *QUICK]
+    first = run_cli([*common, "--max_steps", "2"], env)
+    assert first.returncode == 0, first.stderr[-4000:]
+
+    for resume, partial_step, max_steps in ((str(output_dir), 3, 4), ("true", 5, 6)):
+        partial = _cut_short(output_dir / f"checkpoint-{max_steps - 2}", partial_step)
+        resumed = run_cli([*common, "--max_steps", str(max_steps), "--resume_from_checkpoint", resume], env)
+        assert resumed.returncode == 0, resumed.stderr[-4000:]
+        assert f"Skipping {partial}: it has no trainer_state.json (its save did not finish); resuming from " in (
+            resumed.stderr
+        )
+        assert "missing keys" not in resumed.stderr  # the tied lm_head.weight is not reported as lost
+        state = _state(output_dir / f"checkpoint-{max_steps}")
+        # Resumed from checkpoint-<max_steps - 2>: its two steps of history, then two new ones.
+        assert [entry["step"] for entry in state["log_history"] if "loss" in entry] == list(range(1, max_steps + 1))
 
 
 @pytest.mark.distributed

@@ -21,13 +21,13 @@ TINY_EVERYTHING = [
 ]
 
 
-def test_ab_smoke_writes_reports_and_named_trackio_runs(tmp_path, capsys):
-    output_dir, trackio_dir = tmp_path / "ab", tmp_path / "trackio"
+def test_ab_smoke_writes_reports_and_named_trackio_runs(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the reports go to outputs/benchmarks/ab under the working directory by default
+    output_dir, trackio_dir = tmp_path / "outputs" / "benchmarks" / "ab", tmp_path / "trackio"
     argv = [
         "--arms=before,after",
         "--seeds=2",
         *TINY_EVERYTHING,
-        f"--output-dir={output_dir}",
         f"--trackio-dir={trackio_dir}",
         "--project=ab-smoke",
     ]

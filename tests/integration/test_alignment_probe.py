@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from maxent_grpo import MaxEntGRPOTrainer
+from maxent_grpo.trainer import NoUsableGenerationError
 from tests.support.tagged_backend import TaggedBackend, assert_row_aligned, prompt_tag
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
@@ -107,7 +108,7 @@ def test_fully_dropped_batch_makes_no_update_and_says_why(tmp_path, caplog):
     backend = TaggedBackend(tokenizer, always_fail=True)
     trainer, reward, _ = _trainer(tmp_path, backend, max_steps=2, generation_max_consecutive_empty_batches=3)
     before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING), pytest.raises(NoUsableGenerationError, match="no parameter was updated"):
         trainer.train()
     for name, param in trainer.model.named_parameters():
         assert torch.equal(param.detach(), before[name]), f"{name} changed on an empty batch"
@@ -123,5 +124,5 @@ def test_consecutive_empty_batches_stop_the_run(tmp_path):
     _, tokenizer = tiny_model_and_tokenizer()
     backend = TaggedBackend(tokenizer, always_fail=True)
     trainer, _, _ = _trainer(tmp_path, backend, max_steps=5, generation_max_consecutive_empty_batches=2)
-    with pytest.raises(RuntimeError, match=r"no usable prompt group in 2 consecutive batches.*backend is down"):
+    with pytest.raises(NoUsableGenerationError, match=r"no usable prompt group in 2 consecutive.*backend is down"):
         trainer.train()

@@ -130,3 +130,51 @@ def test_conversational_dataset(tmp_path):
     trainer.train()
     assert len(completions_seen) == 4
     assert all(c[0]["role"] == "assistant" for c in completions_seen)
+
+
+class SleepingLLM(TinyLLM):
+    """Records the sleep-mode calls a backend makes around generation (vLLM sleeps on GPU platforms only)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[str] = []
+
+    def wake_up(self, tags: list[str]) -> None:
+        self.calls.append(f"wake_up({','.join(tags)})")
+
+    def sleep(self, level: int) -> None:
+        self.calls.append(f"sleep({level})")
+
+    def generate(self, prompts: list, sampling_params, use_tqdm: bool = True) -> list:
+        self.calls.append("generate")
+        return super().generate(prompts, sampling_params, use_tqdm)
+
+
+def test_sleep_mode_wakes_the_cache_and_repushes_discarded_weights_around_every_call():
+    model, tokenizer = tiny_model_and_tokenizer()
+    engine = SleepingLLM(model, tokenizer)
+    backend = VLLMColocateBackend(
+        engine, tokenizer, max_tokens=4, sleep_mode=True, weight_sync=lambda: engine.calls.append("sync")
+    )
+    backend.sync_weights(model)  # the trainer's sync at the start of a step: the engine slept (level 2) since built
+    first = backend.generate(["p1:"], [2])
+    backend.generate(["p1:", "p2:"], [0, 0])  # nothing to generate here: the same calls, so gathers stay symmetric
+    retry = backend.generate(["p1:"], [1])
+
+    assert [len(first[0]), len(retry[0])] == [2, 1]
+    cycle = ["wake_up(kv_cache)", "generate", "sleep(2)"]
+    assert engine.calls == [
+        "sync",
+        *cycle,
+        "sync",
+        "wake_up(kv_cache)",
+        "sleep(2)",
+        "sync",
+        *cycle,
+    ]
+
+
+def test_sleep_mode_needs_a_weight_sync():
+    model, tokenizer = tiny_model_and_tokenizer()
+    with pytest.raises(ValueError, match="sleep_mode needs weight_sync"):
+        VLLMColocateBackend(SleepingLLM(model, tokenizer), tokenizer, max_tokens=4, sleep_mode=True)

@@ -6,6 +6,7 @@ import pytest
 
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.tiny_model import build_tiny_tokenizer
+from maxent_grpo.trainer import NoUsableGenerationError
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
@@ -48,7 +49,8 @@ def test_a_fully_dropped_batch_logs_no_loss_or_reward_metric_and_moves_no_contro
         processing_class=build_tiny_tokenizer(),
         generation_backend=backend,
     )
-    trainer.train()
+    with pytest.raises(NoUsableGenerationError, match="every one of the 2 generation batches"):
+        trainer.train()
     assert _logged(trainer, "generation/dropped_prompts") == [1.0, 1.0]
     assert not _keys(trainer) & {*LOSS_METRICS, *REWARD_METRICS}, "a metric was computed over placeholders"
     assert set(_logged(trainer, "maxent/beta")) == {0.1}  # no placeholder KL reached the beta controller
@@ -148,5 +150,6 @@ def test_trl_adaptive_entropy_control_ignores_batches_without_kept_rows(tmp_path
         generation_backend=TaggedBackend(tokenizer, always_fail=True),
     )
     before = (trainer.entropy_coef, trainer._last_world_entropy)
-    trainer.train()
+    with pytest.raises(NoUsableGenerationError):
+        trainer.train()
     assert (trainer.entropy_coef, trainer._last_world_entropy) == before

@@ -19,6 +19,7 @@ import torch
 from trl import GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOTrainer
+from maxent_grpo.trainer import NoUsableGenerationError
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
@@ -130,7 +131,11 @@ def _train(
         processing_class=tokenizer,
         generation_backend=backend,
     )
-    trainer.train()
+    if dropped == DROPS["full"]["dropped"]:  # nothing to train on: the run says so once it ends
+        with pytest.raises(NoUsableGenerationError):
+            trainer.train()
+    else:
+        trainer.train()
     return trainer
 
 

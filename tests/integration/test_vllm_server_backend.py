@@ -15,7 +15,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from maxent_grpo.training.generation.backends.protocol import Completion
-from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend, VLLMServerRequestError
+from maxent_grpo.training.generation.backends.vllm_server import (
+    VLLMServerBackend,
+    VLLMServerRequestError,
+    VLLMServerUnavailableError,
+)
 from maxent_grpo.training.generation.collect import collect_completion_groups
 from maxent_grpo.training.generation.step import Collectives, GenerationStep
 from tests.support.server_process import run_test_servers
@@ -384,19 +388,19 @@ def test_logprobs_switched_off_are_not_bad_data(servers, tokenizer):
     assert backend.stats["bad_data"] == 0
 
 
-def test_server_not_running_gives_empty_groups_quickly(tokenizer, backend_logs, refusing_port):
+def test_server_that_never_comes_up_raises_a_clear_error_once_connection_timeout_has_passed(tokenizer, refusing_port):
     url = f"http://127.0.0.1:{refusing_port}"
-    backend = make_backend(url, tokenizer, connection_timeout=0.0, max_attempts=3)
+    backend = make_backend(url, tokenizer, connection_timeout=1.0, max_attempts=3)
 
     start = time.monotonic()
-    groups = backend.generate(["ab", "cd"], [2, 1])
-
-    assert groups == [[], []]
-    assert time.monotonic() - start < 5
-    assert backend.stats["infrastructure_failures"] == 1
-    failures = [m for m in messages(backend_logs) if m.startswith("infrastructure failure")]
-    assert len(failures) == 1
-    assert url in failures[0] and "after 3 attempt(s)" in failures[0] and "ConnectionError" in failures[0]
+    with pytest.raises(VLLMServerUnavailableError, match=rf"{url} has not come up within 1 s .*ConnectionError"):
+        backend.generate(["ab", "cd"], [2, 1])
+    assert 1.0 <= time.monotonic() - start < 5
+    start = time.monotonic()  # the wait is spent: later calls fail at once
+    with pytest.raises(VLLMServerUnavailableError):
+        backend.generate(["ab"], [1])
+    assert time.monotonic() - start < 1
+    assert backend.stats["requests"] == 0
 
 
 # ------------------------------------------------------------------------------------------------------ no server

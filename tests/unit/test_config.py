@@ -23,6 +23,7 @@ BASE = {"output_dir": "unused", "use_cpu": True, "report_to": "none", "per_devic
         ("generation_step_timeout", 0.0, "generation_step_timeout=0.0 is invalid: expected None or a finite number"),
         ("generation_step_timeout", float("inf"), "generation_step_timeout=inf is invalid"),
         ("vllm_request_attempts", 0, "vllm_request_attempts=0 is invalid"),
+        ("vllm_dtype", "fp8", "vllm_dtype='fp8' is invalid: expected one of ('training', 'auto'"),
         ("maxent_objective", "ppo", "one of ('grpo', 'listwise')"),
         ("maxent_tau", -0.5, "maxent_tau=-0.5 is invalid: expected a finite number >= 0"),
         ("maxent_q_temperature", 0.0, "maxent_q_temperature=0.0 is invalid"),
@@ -35,11 +36,16 @@ BASE = {"output_dir": "unused", "use_cpu": True, "report_to": "none", "per_devic
         ("kl_ctl_step_size", 1.5, "a number in (0, 1]"),
         ("dynamic_sampling_max_rounds", 0, "dynamic_sampling_max_rounds=0 is invalid"),
         ("dynamic_sampling_at_cap", "ignore", "'train' or 'error'"),
+        ("beta", -0.5, "beta=-0.5 is invalid: expected a finite number >= 0"),
+        ("learning_rate", -0.01, "learning_rate=-0.01 is invalid"),
+        ("learning_rate", float("nan"), "learning_rate=nan is invalid"),
+        ("per_device_train_batch_size", 0, "per_device_train_batch_size=0 is invalid: expected an integer >= 1"),
+        ("max_completion_length", 0, "max_completion_length=0 is invalid: expected an integer >= 1"),
     ],
 )
 def test_bad_values_are_named(field, value, message):
     with pytest.raises(ValueError) as error:
-        MaxEntGRPOConfig(**BASE, **{field: value})
+        MaxEntGRPOConfig(**{**BASE, field: value})
     assert message in str(error.value)
 
 

@@ -10,16 +10,17 @@ import torch
 from accelerate.commands.config.config_args import ClusterConfig
 from accelerate.commands.launch import launch_command_parser
 from accelerate.utils import DistributedType
+from trl import ModelConfig
 
 from maxent_grpo import demo
 from maxent_grpo.cli import parse_train_args
 from maxent_grpo.config import MaxEntGRPOConfig
+from maxent_grpo.reward_loading import load_reward_funcs
 from maxent_grpo.rewards import REWARDS
 from maxent_grpo.script_args import (
     TrainScriptArguments,
     check_reward_columns,
     load_model,
-    load_reward_funcs,
     load_train_dataset,
 )
 
@@ -28,7 +29,7 @@ RECIPES = sorted((CONFIGS / "recipes").glob("*.yaml"))
 ACCELERATE_CONFIGS = sorted((CONFIGS / "accelerate").glob("*.yaml"))
 
 
-def _parse(recipe: Path) -> tuple[TrainScriptArguments, MaxEntGRPOConfig]:
+def _parse(recipe: Path) -> tuple[TrainScriptArguments, MaxEntGRPOConfig, ModelConfig]:
     # GPU recipes ask for bf16, which transformers refuses to configure on a machine without a GPU unless use_cpu.
     on_cpu = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
     return parse_train_args(["--config", str(recipe), *on_cpu])
@@ -41,17 +42,17 @@ def test_the_documented_files_exist():
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_recipe_parses_into_valid_dataclasses(recipe):
-    script_args, config = _parse(recipe)
+    script_args, config, model_args = _parse(recipe)
     assert isinstance(config, MaxEntGRPOConfig)
-    assert script_args.model_name_or_path and script_args.dataset_name
+    assert model_args.model_name_or_path and script_args.dataset_name
     assert set(script_args.reward_funcs) <= set(REWARDS)
     assert config.generation_batch_size % config.num_generations == 0
     assert config.output_dir.startswith("outputs/")
 
 
 def test_tldr_recipe_is_the_trl_pull_request_benchmark():
-    script_args, config = _parse(CONFIGS / "recipes" / "tldr_unique_chars.yaml")
-    assert (script_args.model_name_or_path, script_args.dataset_name, script_args.dataset_split) == (
+    script_args, config, model_args = _parse(CONFIGS / "recipes" / "tldr_unique_chars.yaml")
+    assert (model_args.model_name_or_path, script_args.dataset_name, script_args.dataset_train_split) == (
         "Qwen/Qwen3-0.6B-Base",
         "trl-lib/tldr",
         "train[:500]",
@@ -74,14 +75,14 @@ def test_tldr_recipe_is_the_trl_pull_request_benchmark():
 
 
 def test_math_recipe_rewards_the_boxed_answer_over_distinct_answers():
-    script_args, config = _parse(CONFIGS / "recipes" / "math_boxed.yaml")
+    script_args, config, _ = _parse(CONFIGS / "recipes" / "math_boxed.yaml")
     assert script_args.reward_funcs == ["boxed_answer"]
     assert script_args.dataset_answer_column is not None  # boxed_answer reads the "answer" column
     assert (config.maxent_objective, config.maxent_mode_key) == ("listwise", "boxed")
 
 
 def test_demo_recipe_builds_its_model_and_data_offline():
-    script_args, config = _parse(CONFIGS / "recipes" / "demo.yaml")
+    script_args, config, model_args = _parse(CONFIGS / "recipes" / "demo.yaml")
     assert config.use_cpu and (config.maxent_objective, config.maxent_mode_key) == ("listwise", "first_token")
     # The same task and settings as `maxent-grpo demo`.
     assert (config.per_device_train_batch_size, config.num_generations) == (demo.GROUP_SIZE, demo.GROUP_SIZE)
@@ -89,9 +90,9 @@ def test_demo_recipe_builds_its_model_and_data_offline():
     assert (config.learning_rate, config.maxent_tau) == (demo.LEARNING_RATE, demo.TAU)
     dataset = load_train_dataset(script_args)
     check_reward_columns(load_reward_funcs(script_args.reward_funcs), dataset)
-    model, tokenizer = load_model(script_args, config)
+    model = load_model(model_args, config)
     assert set(dataset["prompt"]) == {"pick a vowel:"}
-    assert model.config.vocab_size == len(tokenizer)
+    assert model["model"].config.vocab_size == len(model["processing_class"])
 
 
 @pytest.mark.parametrize("path", ACCELERATE_CONFIGS, ids=lambda p: p.stem)

@@ -19,6 +19,7 @@ from trackio.utils import TRACKIO_DIR
 from trl import GRPOConfig
 
 from maxent_grpo.bench.arms import ARMS
+from maxent_grpo.bench.output import add_output_arguments
 from maxent_grpo.bench.plot import matplotlib_missing, plot_metrics
 from maxent_grpo.bench.provenance import git_commit, git_dirty, package_version, run_name, session_stamp
 from maxent_grpo.bench.recipes import RECIPES, Recipe
@@ -26,7 +27,8 @@ from maxent_grpo.bench.report import build_summary, markdown, verdict_lines
 from maxent_grpo.bench.runner import interleave, run_all, worker_environment
 from maxent_grpo.bench.spec import RunSpec
 
-DEFAULT_OUTPUT_DIR = Path("benchmarks/results/ab")
+#: The committed results of the default run, relative to a source checkout's root (`--update-results`).
+COMMITTED_OUTPUT_DIR = Path("benchmarks/results/ab")
 DEFAULT_PROJECT = "maxent-grpo-ab"
 SUMMARY_JSON = "summary.json"
 SUMMARY_MARKDOWN = "summary.md"
@@ -76,9 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="first optimizer steps left out of each run's mean (default: %(default)s)",
     )
-    parser.add_argument(
-        "--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, help="where the reports go (default: %(default)s)"
-    )
+    add_output_arguments(parser, "ab", COMMITTED_OUTPUT_DIR)
     parser.add_argument(
         "--project", default=DEFAULT_PROJECT, help="trackio project of the runs (default: %(default)s)"
     )
@@ -134,6 +134,8 @@ def main(argv: list[str]) -> int:
         parser.error("--seeds must be at least 2: run-to-run variance needs repeated runs.")
     if options.warmup_steps < 0:
         parser.error("--warmup-steps must be >= 0.")
+    if options.output_dir == COMMITTED_OUTPUT_DIR and not COMMITTED_OUTPUT_DIR.parent.is_dir():
+        parser.error(f"--update-results writes {COMMITTED_OUTPUT_DIR} of a source checkout: run from its root.")
     if matplotlib_missing():
         parser.error("the benchmark's plot needs matplotlib: pip install 'maxent-grpo[dev]'.")
     recipe = _recipe(parser, options)

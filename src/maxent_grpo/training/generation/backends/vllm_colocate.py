@@ -78,6 +78,16 @@ class VLLMColocateBackend:
 
     ``structured_outputs_regex`` (TRL's ``vllm_structured_outputs_regex``) constrains every completion to match it,
     passed to the engine as TRL does.
+
+    Prompts the engine would reject, taking the whole call down with them, are kept from it: prompts that encode to
+    no tokens, and, given ``max_model_len`` (the engine's context length), prompts that leave no room for a
+    completion. Their groups come back empty, logged as ``bad data``, and the others are generated.
+
+    ``sleep_mode`` (TRL's ``vllm_enable_sleep_mode``, for an engine built with ``enable_sleep_mode=True``) does what
+    TRL's `VLLMGeneration.generate` does around each generation: wake the KV cache before it and sleep (level 2,
+    which discards the weights) after it; weights discarded by a sleep are pushed again through ``weight_sync``
+    before the next generation. Every call does this, including calls with nothing to generate, so all processes
+    make the same weight gathers under DeepSpeed ZeRO-3 / FSDP.
     """
 
     def __init__(
@@ -95,7 +105,11 @@ class VLLMColocateBackend:
         chat_template_kwargs: dict[str, Any] | None = None,
         structured_outputs_regex: str | None = None,
         weight_sync: Callable[[], None] | None = None,
+        sleep_mode: bool = False,
+        max_model_len: int | None = None,
     ) -> None:
+        if sleep_mode and weight_sync is None:
+            raise ValueError("sleep_mode needs weight_sync: a sleeping engine discards its weights")
         self.engine = engine
         self.tokenizer = tokenizer
         self.chat_template_kwargs = chat_template_kwargs or {}
@@ -116,14 +130,37 @@ class VLLMColocateBackend:
                 "structured_outputs_regex takes precedence."
             )
         self.wants_logprobs = self._extra.get("logprobs", 0) is not None
+        self.sleep_mode = sleep_mode
+        self.max_model_len = max_model_len
+        self._weights_discarded = sleep_mode  # TRL puts a sleep-mode engine to sleep (level 2) once it is built
 
     def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
+        if not self.sleep_mode:
+            return self._generate(prompts, counts)
+        if self._weights_discarded:
+            assert self.weight_sync is not None  # checked in __init__
+            self.weight_sync()
+            self._weights_discarded = False
+        try:
+            self.engine.wake_up(tags=["kv_cache"])
+            return self._generate(prompts, counts)
+        finally:
+            # Whatever failed, every process ends the call with its weights counted as discarded, so all of them
+            # push weights (a collective gather under ZeRO-3 / FSDP) before the next call.
+            self._weights_discarded = True
+            self.engine.sleep(level=2)
+
+    def _generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
         groups: list[list[Completion]] = [[] for _ in prompts]
         asked = [i for i, count in enumerate(counts) if count > 0]
         if not asked:
             return groups
-        prompt_ids = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.chat_template_kwargs)
-        requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
+        encoded = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.chat_template_kwargs)
+        fitting = [(i, ids) for i, ids in zip(asked, encoded, strict=True) if self._fits(ids)]
+        if not fitting:
+            return groups
+        asked = [i for i, _ in fitting]
+        requests = [{"prompt_token_ids": ids} for _, ids in fitting]
         params = [
             _to_engine_params(self._settings, counts[i], self._extra, self.structured_outputs_regex) for i in asked
         ]
@@ -133,6 +170,21 @@ class VLLMColocateBackend:
             for sample in output.outputs[: counts[index]]:
                 groups[index].append(self._completion(sample, used_prompt_ids))
         return groups
+
+    def _fits(self, prompt_ids: list[int]) -> bool:
+        """Whether the engine can take the prompt; vLLM rejects the whole call for one empty or too long prompt."""
+        if not prompt_ids:
+            logger.warning("bad data: a prompt encodes to no tokens; its group is not generated")
+            return False
+        if self.max_model_len is None or len(prompt_ids) < self.max_model_len:
+            return True
+        logger.warning(
+            "bad data: prompt of %d tokens leaves no room for a completion in the engine's max_model_len %d; its "
+            "group is not generated",
+            len(prompt_ids),
+            self.max_model_len,
+        )
+        return False
 
     def _completion(self, sample: Any, prompt_ids: list[int]) -> Completion:
         """One `CompletionOutput` as a `Completion`; marked failed when its logprobs are unusable."""
@@ -154,6 +206,7 @@ class VLLMColocateBackend:
         """Push the training weights into the engine."""
         if self.weight_sync is not None:
             self.weight_sync()
+            self._weights_discarded = False
             return
         load_weights: Callable[[Iterable[tuple[str, torch.Tensor]]], Any] | None = getattr(
             self.engine, "load_weights", None

