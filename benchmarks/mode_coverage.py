@@ -1,7 +1,7 @@
 """Mode coverage: stock GRPO collapses onto one correct answer, MaxEnt listwise keeps all of them.
 
-Task: the prompt "pick a vowel:" and a reward of 1 when the completion's first character is a lower-case vowel
-(`vowel_start_reward`), so there are five equally good answers. The tiny offline Qwen2 model of
+Task: the prompt "pick a vowel:" and a reward of 1 when the completion's first non-whitespace character is a
+lower-case vowel (`vowel_start_reward`), so there are five equally good answers. The tiny offline Qwen2 model of
 `maxent_grpo.tiny_model` (hidden size 64, one layer; character-level tokenizer, so the first token is the first
 character) is trained from the same random initialisation per seed by stock TRL `GRPOTrainer` and by
 `MaxEntGRPOTrainer` with ``maxent_objective="listwise"``, ``maxent_mode_key="first_token"`` and a fixed
@@ -60,7 +60,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
 from maxent_grpo.bench.output import add_output_arguments
-from maxent_grpo.rewards import VOWELS, completion_text, vowel_start_reward
+from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 
 PROMPT = "pick a vowel:"
@@ -82,8 +82,8 @@ SMOOTHING_WINDOW = 10
 
 
 def first_characters(completions: Sequence[Any]) -> list[str]:
-    """The first character of each completion ('' for an empty one)."""
-    return [completion_text(c)[:1] for c in completions]
+    """The answer of each completion: its first non-whitespace character ('' for a blank one)."""
+    return [first_character(c) for c in completions]
 
 
 def normalized_vowel_entropy(characters: Sequence[str]) -> float:
@@ -112,8 +112,19 @@ class StepRecorder:
         return rewards
 
 
+def parse_override(item: str) -> tuple[str, Any]:
+    """One ``FIELD=VALUE`` config override; VALUE is read as JSON when it parses (numbers, null), else as text."""
+    name, sep, value = item.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {item!r}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
 def build_trainer(
-    method: str, seed: int, steps: int, tau: float, output_dir: str, recorder: StepRecorder
+    method: str, seed: int, steps: int, maxent: dict[str, Any], output_dir: str, recorder: StepRecorder
 ) -> GRPOTrainer:
     """A stock GRPO or MaxEnt listwise trainer on the vowel task, from the seed's model initialisation."""
     tokenizer = build_tiny_tokenizer()
@@ -150,14 +161,14 @@ def build_trainer(
             train_dataset=dataset,
             processing_class=tokenizer,
         )
-    args = MaxEntGRPOConfig(
-        **fields,
-        maxent_objective="listwise",
-        maxent_mode_key="first_token",
-        maxent_tau=tau,
-        maxent_q_temperature=Q_TEMPERATURE,
-        maxent_q_epsilon=Q_EPSILON,
-    )
+    settings = {
+        "maxent_objective": "listwise",
+        "maxent_mode_key": "first_token",
+        "maxent_q_temperature": Q_TEMPERATURE,
+        "maxent_q_epsilon": Q_EPSILON,
+        **maxent,
+    }
+    args = MaxEntGRPOConfig(**fields, **settings)
     return MaxEntGRPOTrainer(
         model=model, reward_funcs=recorder, args=args, train_dataset=dataset, processing_class=tokenizer
     )
@@ -236,6 +247,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0 .. seeds-1) per method")
     parser.add_argument("--tau", type=float, default=0.25, help="MaxEnt entropy temperature tau (fixed)")
     parser.add_argument("--samples", type=int, default=512, help="answers sampled per trained model")
+    parser.add_argument(
+        "--maxent",
+        action="append",
+        type=parse_override,
+        default=[],
+        metavar="FIELD=VALUE",
+        help="MaxEntGRPOConfig override (repeatable; --tau sets maxent_tau unless this does)",
+    )
     add_output_arguments(parser, "mode_coverage", COMMITTED_OUTPUT_DIR)
     return parser.parse_args(argv)
 
@@ -245,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     hf_logging.set_verbosity_error()
     args.output_dir.mkdir(parents=True, exist_ok=True)
+    maxent = {"maxent_tau": args.tau, **dict(args.maxent)}
 
     runs: list[dict[str, Any]] = []
     curves: dict[str, dict[str, list[list[float]]]] = {m: {"reward": [], "entropy": []} for m in METHODS}
@@ -255,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             recorder = StepRecorder(vowel_start_reward)
             run_start = time.perf_counter()
             with tempfile.TemporaryDirectory() as output_dir:
-                trainer = build_trainer(method, seed, args.steps, args.tau, output_dir, recorder)
+                trainer = build_trainer(method, seed, args.steps, maxent, output_dir, recorder)
                 trainer.remove_callback(PrinterCallback)
                 trainer.train()
             answers = sample_answers(trainer.model, trainer.processing_class, args.samples, seed=1000 + seed)
@@ -317,10 +337,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "num_layers": NUM_LAYERS,
             "max_completion_length": MAX_COMPLETION_LENGTH,
             "temperature": TEMPERATURE,
-            "maxent_tau": args.tau,
+            "maxent_tau": maxent["maxent_tau"],
             "maxent_q_temperature": Q_TEMPERATURE,
             "maxent_q_epsilon": Q_EPSILON,
             "maxent_mode_key": "first_token",
+            "maxent_overrides": dict(args.maxent),
         },
         "runs": runs,
         "summary": summary,

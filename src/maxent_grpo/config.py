@@ -114,6 +114,18 @@ class MaxEntGRPOConfig(GRPOConfig):
         default=1.0,
         metadata={"help": "Entropy temperature tau >= 0 (initial value when the tau controller is on)."},
     )
+    maxent_tau_final: float | None = field(
+        default=None,
+        metadata={
+            "help": "Anneal tau geometrically from maxent_tau to this value (> 0) over the first "
+            "maxent_tau_anneal_fraction of max_steps, then hold it (deterministic annealing: explore early, converge "
+            "late). None: no schedule."
+        },
+    )
+    maxent_tau_anneal_fraction: float = field(
+        default=0.5,
+        metadata={"help": "Fraction in (0, 1] of max_steps over which tau is annealed to maxent_tau_final."},
+    )
     maxent_q_temperature: float = field(
         default=1.0, metadata={"help": "Temperature T_q > 0 of the reward softmax q = softmax(reward / T_q)."}
     )
@@ -220,6 +232,15 @@ class MaxEntGRPOConfig(GRPOConfig):
             _fail("maxent_q_temperature", self.maxent_q_temperature, "a finite number > 0")
         if not 0 <= self.maxent_q_epsilon < 1:
             _fail("maxent_q_epsilon", self.maxent_q_epsilon, "a number in [0, 1)")
+        if self.maxent_tau_final is not None:
+            if not (self.maxent_tau_final > 0 and math.isfinite(self.maxent_tau_final)):
+                _fail("maxent_tau_final", self.maxent_tau_final, "None or a finite number > 0")
+            if not self.maxent_tau > 0:
+                _fail("maxent_tau", self.maxent_tau, "a number > 0 when maxent_tau_final is set")
+            if self.maxent_target_weight_entropy is not None:
+                _fail("maxent_tau_final", self.maxent_tau_final, "None when maxent_target_weight_entropy is set")
+        if not 0 < self.maxent_tau_anneal_fraction <= 1:
+            _fail("maxent_tau_anneal_fraction", self.maxent_tau_anneal_fraction, "a number in (0, 1]")
         if self.maxent_target_weight_entropy is not None and self.maxent_target_weight_entropy < 0:
             _fail("maxent_target_weight_entropy", self.maxent_target_weight_entropy, "None or a number >= 0 (nats)")
         if not self.maxent_tau_lr > 0:

@@ -1,10 +1,10 @@
 """The embedded default (`maxent-grpo demo`): MaxEnt-GRPO on a tiny model, tokenizer and data set built in-process.
 
-The mode-coverage task: every prompt is "pick a vowel:" and a completion earns 1.0 when its first character is a
-lower-case vowel. Five answers are equally right, so a good policy answers with a vowel *and* keeps all five in use.
-The listwise objective with the ``first_token`` mode key spreads each group's target weight over its distinct answers
-(a vowel sampled once weighs as much as one sampled ten times), which keeps the five vowels alive while the reward
-rises. Everything runs offline on CPU; the run is logged locally with trackio.
+The mode-coverage task: every prompt is "pick a vowel:" and a completion earns 1.0 when its first non-whitespace
+character is a lower-case vowel. Five answers are equally right, so a good policy answers with a vowel *and* keeps all
+five in use. The listwise objective with the ``first_token`` mode key spreads each group's target weight over its
+distinct answers (a vowel sampled once weighs as much as one sampled ten times), which keeps the five vowels alive
+while the reward rises. Everything runs offline on CPU; the run is logged locally with trackio.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from transformers import (
 from transformers.trainer_callback import ProgressCallback
 
 from maxent_grpo.config import MaxEntGRPOConfig
-from maxent_grpo.rewards import VOWELS, vowel_start_reward
+from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 from maxent_grpo.trainer import MaxEntGRPOTrainer
 
@@ -66,7 +66,8 @@ class AnswerStats:
 
 def answer_stats(completions: Sequence[str]) -> AnswerStats:
     """Mean reward, normalized vowel entropy and number of distinct vowels of ``completions``."""
-    counts = Counter(text[0] for text in completions if text[:1] in set(VOWELS))
+    answers = [first_character(text) for text in completions]
+    counts = Counter(answer for answer in answers if answer in set(VOWELS))
     total = sum(counts.values())
     entropy = -sum(n / total * math.log(n / total) for n in counts.values()) if total else 0.0
     rewards = vowel_start_reward(list(completions))

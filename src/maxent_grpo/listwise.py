@@ -15,8 +15,8 @@ import torch
 from accelerate.utils import gather_object
 
 from maxent_grpo.config import MaxEntGRPOConfig
-from maxent_grpo.mode_keys import ModeKey, assign_mode_ids, mode_coverage, resolve_mode_key
-from maxent_grpo.objective import BetaController, TauController, compute_listwise
+from maxent_grpo.mode_keys import ModeKey, answer_keys, assign_mode_ids, mode_coverage, resolve_mode_key
+from maxent_grpo.objective import BetaController, TauController, annealed_tau, compute_listwise
 
 if TYPE_CHECKING:
     from maxent_grpo.trainer import MaxEntGRPOTrainer
@@ -35,6 +35,8 @@ class ListwiseObjective:
         length_normalize_ref: bool,
         mode_key: ModeKey | None,
         coverage_threshold: float,
+        tau_final: float | None = None,
+        anneal_fraction: float = 1.0,
     ) -> None:
         self.tau = tau
         self.beta = beta
@@ -43,6 +45,8 @@ class ListwiseObjective:
         self.length_normalize_ref = length_normalize_ref
         self.mode_key = mode_key
         self.coverage_threshold = coverage_threshold
+        self.tau_final = tau_final
+        self.anneal_fraction = anneal_fraction
         self._kl_values: list[float] = []
 
     @classmethod
@@ -64,6 +68,8 @@ class ListwiseObjective:
             length_normalize_ref=args.maxent_length_normalize_ref,
             mode_key=resolve_mode_key(args.maxent_mode_key),
             coverage_threshold=args.maxent_mode_coverage_threshold,
+            tau_final=args.maxent_tau_final,
+            anneal_fraction=args.maxent_tau_anneal_fraction,
         )
 
     def advantages(self, trainer: MaxEntGRPOTrainer, output: dict[str, Any], mode: str) -> torch.Tensor:
@@ -93,17 +99,16 @@ class ListwiseObjective:
         keys = None
         mode_ids = None
         if self.mode_key is not None:
-            local_keys = [
-                self.mode_key(text, ids)
-                for text, ids in zip(trainer._last_completion_texts, trainer._last_completion_ids, strict=True)
-            ]
+            tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+            local_keys = answer_keys(self.mode_key, trainer._last_completion_texts, tokenizer)
             flat_keys = gather_object(local_keys)
             keys = [flat_keys[i : i + group_size] for i in range(0, len(flat_keys), group_size)]
             mode_ids = assign_mode_ids(keys).to(rewards.device)
 
+        tau = self.current_tau(trainer)
         result = compute_listwise(
             rewards.view(-1, group_size),
-            tau=self.tau.tau,
+            tau=tau,
             q_temperature=self.q_temperature,
             q_epsilon=self.q_epsilon,
             beta=beta if ref_term is not None else 0.0,
@@ -114,7 +119,7 @@ class ListwiseObjective:
         advantages = result.advantages.reshape(-1).to(rewards.device)
         groups_with_data = valid.view(-1, group_size).any(dim=1)
         metrics = trainer._metrics[mode]
-        metrics["maxent/tau"].append(self.tau.tau)
+        metrics["maxent/tau"].append(tau)
         metrics["maxent/beta"].append(float(beta))
         if bool(groups_with_data.any()):
             entropy = result.entropy[groups_with_data].mean().item()
@@ -136,6 +141,14 @@ class ListwiseObjective:
         num_local = len(trainer._last_completion_texts)
         start = accelerator.process_index * num_local
         return advantages[start : start + num_local]
+
+    def current_tau(self, trainer: MaxEntGRPOTrainer) -> float:
+        """The controller's tau, or with ``tau_final`` the anneal from it to ``tau_final``, which takes the first
+        ``anneal_fraction`` of the run's steps (``tau_final`` from then on)."""
+        if self.tau_final is None:
+            return self.tau.tau
+        anneal_steps = max(self.anneal_fraction * trainer.state.max_steps, 1)
+        return annealed_tau(self.tau.tau, self.tau_final, trainer.state.global_step / anneal_steps)
 
     def observe_kl(self, value: float) -> None:
         """Record one KL value measured by TRL's loss (per micro-batch) for the next beta update.

@@ -3,12 +3,23 @@
 A mode key is a callable ``(text, completion_ids) -> Hashable | None``. Candidates of one prompt group with equal
 keys form one mode; ``None`` means "no answer", and each such candidate forms its own singleton mode.
 
+Canonical form. A mode key must see the answer the way the rewards do, or the entropy term spreads weight over
+spellings of one answer (a completion that starts with ``<bos>`` or a space would be a "new" correct answer, and the
+policy would learn to emit such prefixes). The trainer therefore calls every key through [`answer_keys`], which
+passes ``text`` = the completion decoded with special tokens skipped (what reward functions receive) and
+``completion_ids`` = the token ids of that text with its leading whitespace stripped, encoded again without special
+tokens (so ``" Paris"``, ``"Paris"`` and ``"<bos>Paris"`` give the same ids, whatever the tokenizer). The
+``maxent/mode_coverage`` metric uses the same keys. A custom key should canonicalise the answer as its reward does:
+read ``text`` (or the ids given), strip what the reward ignores (surrounding whitespace, formatting such as ``$`` or
+a trailing period, case if the reward is case-insensitive) and return equal values for answers the reward treats as
+equal.
+
 Built-in keys (see [`BUILTIN_MODE_KEYS`]):
 
-- ``"first_token"``: the first completion token id when ``completion_ids`` is given and non-empty, otherwise the
-  first non-whitespace character of the text. With the character-level tokenizer of the embedded demo both are the
-  completion's first character; with a subword tokenizer the first id may carry a leading space or cover only
-  part of a word, so it identifies the answer only when the answer is a single token.
+- ``"first_token"``: the first token id of the answer (``completion_ids[0]`` of the canonical ids above) when
+  ``completion_ids`` is given and non-empty, otherwise the first non-whitespace character of the text. With the
+  character-level tokenizer of the embedded demo it is the answer's first character; with a subword tokenizer the
+  first token may cover only part of a word, so it identifies the answer only when the answer is a single token.
 - ``"last_line"``: the last non-empty line, stripped.
 - ``"boxed"``: the stripped content of the last ``\\boxed{...}`` whose braces balance (the final-answer
   convention of math data sets); ``None`` when there is none or it is empty.
@@ -20,12 +31,14 @@ import inspect
 from collections.abc import Callable, Hashable, Sequence
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from maxent_grpo.dotted_path import import_callable
 
 __all__ = [
     "BUILTIN_MODE_KEYS",
     "ModeKey",
+    "answer_keys",
     "assign_mode_ids",
     "boxed",
     "first_token",
@@ -139,6 +152,25 @@ def resolve_mode_key(spec: str | Callable[..., object] | None) -> ModeKey | None
     if callable(spec):
         return _as_mode_key(spec)
     raise ValueError(f"mode key must be None, a string or a callable, got a {type(spec).__name__}: {spec!r}")
+
+
+def answer_keys(mode_key: ModeKey, texts: Sequence[str], tokenizer: PreTrainedTokenizerBase) -> list[Hashable | None]:
+    """The mode key of each completion, computed on its canonical answer (see the module docstring).
+
+    Args:
+        mode_key: the key to apply.
+        texts: decoded completions, special tokens skipped (what reward functions receive).
+        tokenizer: the tokenizer that encodes each answer text (leading whitespace stripped, no special tokens) into
+            the ``completion_ids`` the key receives.
+
+    The generated ids are not used: they may hold special tokens (``<bos>``, ``<pad>``) the rewards never see, and a
+    subword tokenizer gives ``" Paris"`` and ``"Paris"`` different ids.
+    """
+    if not texts:
+        return []
+    answers = [text.lstrip() for text in texts]
+    encoded = tokenizer(answers, add_special_tokens=False)["input_ids"]
+    return [mode_key(text, ids) for text, ids in zip(texts, encoded, strict=True)]
 
 
 def assign_mode_ids(keys: Sequence[Sequence[Hashable | None]]) -> torch.Tensor:

@@ -55,6 +55,7 @@ __all__ = [
     "BetaController",
     "ListwiseResult",
     "TauController",
+    "annealed_tau",
     "compute_listwise",
     "listwise_advantages",
     "listwise_weights",
@@ -319,6 +320,20 @@ def listwise_advantages(
         mode_ids=mode_ids,
         valid=valid,
     ).advantages
+
+
+def annealed_tau(tau_start: float, tau_final: float, progress: float) -> float:
+    """``tau`` annealed geometrically: ``tau_start * (tau_final / tau_start) ** progress``, progress clipped to [0, 1].
+
+    Deterministic annealing (Rose, "Deterministic annealing for clustering, compression, classification, regression,
+    and related optimization problems", Proc. IEEE 1998): a high early temperature keeps weight on many answers, so
+    the policy goes on sampling (and finding) other correct answers; the low final one puts the target's weight on the
+    best answers, so the reward converges. A geometric path spends equal time per factor of ``tau``.
+    """
+    _check_finite("tau_start", tau_start, low=0.0, strict=True)
+    _check_finite("tau_final", tau_final, low=0.0, strict=True)
+    _check_finite("progress", progress)
+    return tau_start * (tau_final / tau_start) ** min(max(progress, 0.0), 1.0)
 
 
 class TauController:

@@ -22,9 +22,14 @@ def completion_text(completion: str | list[dict[str, Any]]) -> str:
     return str(completion[-1]["content"]) if completion else ""
 
 
+def first_character(completion: str | list[dict[str, Any]]) -> str:
+    """The answer of the vowel task: the completion's first non-whitespace character ('' when there is none)."""
+    return completion_text(completion).lstrip()[:1]
+
+
 def vowel_start_reward(completions: list, **kwargs: Any) -> list[float]:
-    """1.0 when the completion's first character is a lower-case vowel, else 0.0 (the mode-coverage task)."""
-    return [float(completion_text(c)[:1] in set(VOWELS)) for c in completions]
+    """1.0 when the completion's first non-whitespace character is a lower-case vowel, else 0.0 (mode coverage)."""
+    return [float(first_character(c) in set(VOWELS)) for c in completions]
 
 
 def unique_chars_reward(completions: list, **kwargs: Any) -> list[float]:

@@ -29,13 +29,15 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
+def build_tiny_tokenizer(characters: str | None = None) -> PreTrainedTokenizerFast:
     """Return a character-level fast tokenizer with pad, EOS and BOS tokens and a chat template.
 
-    Ids 0-2 are the special tokens; every printable ASCII character (letters, digits, punctuation, space and newline)
-    has its own id. Decoding concatenates characters, so ``decode(encode(text)) == text`` for any such text.
+    Ids 0-2 are the special tokens; every character of ``characters`` (default: every printable ASCII character,
+    letters, digits, punctuation, space and newline) has its own id. Decoding concatenates characters, so
+    ``decode(encode(text)) == text`` for any text over those characters. A small alphabet makes a small action space,
+    which lets a random model find a task's correct answers by sampling.
     """
-    chars = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
+    chars = list(dict.fromkeys(characters)) if characters else [c for c in string.printable if c not in "\t\r\x0b\x0c"]
     vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *chars])}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD_TOKEN))
     backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")

@@ -125,7 +125,6 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._row_keep: list[bool] | None = None
         self._global_row_keep: torch.Tensor | None = None
         self._last_completion_texts: list[str] = []
-        self._last_completion_ids: list[list[int]] = []
         self._last_rewards_per_func: torch.Tensor | None = None
         self._consecutive_empty_batches = 0
         self._train_batches = {"generated": 0, "kept": 0}  # generation batches of the current `train` call
@@ -281,7 +280,6 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._row_keep = rows.keep
         self._global_row_keep = agreement.global_keep
         self._last_completion_texts = rows.texts
-        self._last_completion_ids = rows.completion_ids
         self._log_generation_metrics(mode, step.metrics(batch, agreement, self._stop_ids))
         kept_any = bool(agreement.group_kept.any())
         if mode == "train":

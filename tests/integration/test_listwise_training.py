@@ -43,6 +43,56 @@ class TruncatedFirstBackend:
         return groups
 
 
+class PrefixedVowelBackend:
+    """Every group spells two answers with special-token and space prefixes: "a" five ways, "e" three ways."""
+
+    SPELLINGS = ("a", "<bos>a", " a", "<pad><bos> a", "e", "<bos>e", "\ne", "a")
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def generate(self, prompts, counts):
+        groups = []
+        for prompt, count in zip(prompts, counts, strict=True):
+            prompt_ids = self.tokenizer(prompt)["input_ids"]
+            group = []
+            for slot in range(count):
+                tokens = self.tokenizer.tokenize(self.SPELLINGS[slot % len(self.SPELLINGS)])
+                ids = [*self.tokenizer.convert_tokens_to_ids(tokens), self.tokenizer.eos_token_id]
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                group.append(Completion(text=text, prompt_ids=prompt_ids, completion_ids=ids))
+            groups.append(group)
+        return groups
+
+
+def test_special_token_and_space_prefixes_do_not_make_new_modes(tmp_path, tiny_model_dir):
+    _, tokenizer = tiny_model_and_tokenizer()
+    args = tiny_config(
+        tmp_path,
+        max_steps=1,
+        per_device_train_batch_size=8,
+        num_generations=8,
+        maxent_objective="listwise",
+        maxent_tau=0.0,
+        maxent_mode_key="first_token",
+    )
+    trainer = AdvantageRecorder(
+        model=str(tiny_model_dir),
+        reward_funcs=vowel_start_reward,
+        args=args,
+        train_dataset=_vowel_data(),
+        processing_class=tokenizer,
+        generation_backend=PrefixedVowelBackend(tokenizer),
+    )
+    trainer.recorded = []
+    trainer.train()
+    assert _history(trainer, "maxent/mode_coverage") == [(1, 2.0)]
+    # tau = 0: the two answers share the weight equally, 1/2 over five "a" rows and 1/2 over three "e" rows.
+    (advantages,) = trainer.recorded
+    expected = torch.tensor([8 * w - 1 for w in [0.1, 0.1, 0.1, 0.1, 1 / 6, 1 / 6, 1 / 6, 0.1]])
+    torch.testing.assert_close(advantages, expected, atol=1e-5, rtol=0)
+
+
 def digit_reward(completions, **kwargs):
     return [float(completion) for completion in completions]
 
@@ -84,6 +134,31 @@ def test_listwise_advantages_replace_grpo_and_are_logged(tmp_path):
         assert len(_history(trainer, key)) == 3, key
     assert all(value == 0.5 for _, value in _history(trainer, "maxent/tau"))  # no target: tau is fixed
     assert all(value >= 0 for _, value in _history(trainer, "maxent/mode_coverage"))
+
+
+def test_tau_anneals_from_maxent_tau_to_maxent_tau_final(tmp_path, tiny_model_dir):
+    _, tokenizer = tiny_model_and_tokenizer()
+    args = tiny_config(
+        tmp_path,
+        max_steps=4,
+        per_device_train_batch_size=8,
+        num_generations=8,
+        maxent_objective="listwise",
+        maxent_tau=1.0,
+        maxent_tau_final=0.0625,
+        maxent_tau_anneal_fraction=0.5,
+        maxent_mode_key="first_token",
+    )
+    trainer = MaxEntGRPOTrainer(
+        model=str(tiny_model_dir),
+        reward_funcs=vowel_start_reward,
+        args=args,
+        train_dataset=_vowel_data(),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    # Step s generates after s - 1 finished steps: tau = (1/16) ** ((s - 1) / 2) over 0.5 * 4 steps, then held.
+    assert [tau for _, tau in _history(trainer, "maxent/tau")] == pytest.approx([1.0, 0.25, 0.0625, 0.0625])
 
 
 def test_controllers_continue_after_resume(tmp_path, tiny_model_dir):

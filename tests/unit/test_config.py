@@ -28,6 +28,8 @@ BASE = {"output_dir": "unused", "use_cpu": True, "report_to": "none", "per_devic
         ("maxent_tau", -0.5, "maxent_tau=-0.5 is invalid: expected a finite number >= 0"),
         ("maxent_q_temperature", 0.0, "maxent_q_temperature=0.0 is invalid"),
         ("maxent_q_epsilon", 1.0, "a number in [0, 1)"),
+        ("maxent_tau_anneal_fraction", 0.0, "maxent_tau_anneal_fraction=0.0 is invalid: expected a number in (0, 1]"),
+        ("maxent_tau_anneal_fraction", 1.5, "a number in (0, 1]"),
         ("maxent_mode_key", "nope", "maxent_mode_key='nope' is invalid"),
         ("maxent_mode_key", "no_such_module_xyz:f", "maxent_mode_key='no_such_module_xyz:f' is invalid"),
         ("kl_horizon", 0, "kl_horizon=0 is invalid"),
@@ -54,6 +56,12 @@ def test_cross_field_rules():
         MaxEntGRPOConfig(**BASE, beta=0.0, kl_target=0.1)
     with pytest.raises(ValueError, match=r"maxent_tau=5.0 is invalid.*maxent_target_weight_entropy"):
         MaxEntGRPOConfig(**BASE, maxent_tau=5.0, maxent_tau_max=2.0, maxent_target_weight_entropy=1.0)
+    with pytest.raises(ValueError, match=r"maxent_tau_final=0.0 is invalid: expected None or a finite number > 0"):
+        MaxEntGRPOConfig(**BASE, maxent_tau_final=0.0)
+    with pytest.raises(ValueError, match=r"maxent_tau=0.0 is invalid.*maxent_tau_final"):
+        MaxEntGRPOConfig(**BASE, maxent_tau=0.0, maxent_tau_final=0.1)
+    with pytest.raises(ValueError, match=r"maxent_tau_final=0.1 is invalid.*maxent_target_weight_entropy"):
+        MaxEntGRPOConfig(**BASE, maxent_tau_final=0.1, maxent_target_weight_entropy=1.0)
 
 
 def test_good_values_pass():

@@ -47,7 +47,6 @@ def _trainer(rewards: list[float], beta: float) -> SimpleNamespace:
         _global_row_keep=None,
         beta=beta,
         _last_completion_texts=["x"] * len(rewards),
-        _last_completion_ids=[[1]] * len(rewards),
         _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
         _logs={"advantages": []},
     )

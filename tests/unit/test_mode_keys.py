@@ -10,6 +10,7 @@ import torch
 
 from maxent_grpo.mode_keys import (
     BUILTIN_MODE_KEYS,
+    answer_keys,
     assign_mode_ids,
     boxed,
     first_token,
@@ -18,6 +19,8 @@ from maxent_grpo.mode_keys import (
     resolve_mode_key,
 )
 from maxent_grpo.objective import compute_listwise
+from maxent_grpo.rewards import vowel_start_reward
+from maxent_grpo.tiny_model import build_tiny_tokenizer
 
 # --- built-in extractors ---------------------------------------------------------------------------------------------
 
@@ -157,3 +160,36 @@ def test_vowel_group_end_to_end() -> None:
     expected = [0.1] * 5 + [0.5, 0.0, 0.0]
     torch.testing.assert_close(result.weights, torch.tensor([expected], dtype=torch.float64), atol=1e-12, rtol=0)
     assert mode_coverage(keys, rewards, threshold=1.0) == 2.0
+
+
+# --- canonical answers -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_MODE_KEYS))
+def test_prefixed_spellings_of_one_answer_share_a_mode(name: str) -> None:
+    # What a backend hands the trainer: generated ids decoded with special tokens skipped, as the rewards see them.
+    tokenizer = build_tiny_tokenizer()
+    generated = ["a", "<bos>a", " a", "<pad><bos>  a", "\na", "e", "<eos>e"]
+    ids = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text)) for text in generated]
+    texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
+    assert texts[1:5] == ["a", " a", "  a", "\na"]
+
+    answers = [f"\\boxed{{{text}}}" for text in texts] if name == "boxed" else texts
+    keys = answer_keys(BUILTIN_MODE_KEYS[name], answers, tokenizer)
+    assert len(set(keys[:5])) == 1 and len(set(keys[5:])) == 1 and keys[0] != keys[5]
+    assert vowel_start_reward(texts) == [1.0] * 7
+    assert mode_coverage([keys], [vowel_start_reward(texts)], threshold=1.0) == 2.0
+
+
+def test_answer_keys_pass_the_ids_of_the_stripped_answer() -> None:
+    tokenizer = build_tiny_tokenizer()
+    seen = []
+
+    def key(text: str, completion_ids: Sequence[int] | None) -> str:
+        seen.append((text, list(completion_ids or [])))
+        return text.strip()
+
+    assert answer_keys(key, ["  hi", ""], tokenizer) == ["hi", ""]
+    assert seen == [("  hi", tokenizer("hi", add_special_tokens=False)["input_ids"]), ("", [])]
+    assert answer_keys(key, [], tokenizer) == []
+    assert answer_keys(first_token, ["   "], tokenizer) == [None]

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from maxent_grpo.objective import (
     BetaController,
     TauController,
+    annealed_tau,
     compute_listwise,
     listwise_advantages,
     listwise_weights,
@@ -381,6 +382,19 @@ def test_tau_is_fixed_without_target() -> None:
     for _ in range(3):
         assert controller.update(0.0) == 0.0
     assert controller.state_dict()["step"] == 3
+
+
+def test_annealed_tau_goes_geometrically_from_start_to_final() -> None:
+    assert annealed_tau(1.0, 0.01, 0.0) == 1.0
+    assert annealed_tau(1.0, 0.01, 0.5) == pytest.approx(0.1)
+    assert annealed_tau(1.0, 0.01, 1.0) == pytest.approx(0.01)
+    assert annealed_tau(1.0, 0.01, 7.0) == pytest.approx(0.01)  # past the end: stays at the final value
+    assert annealed_tau(0.2, 0.2, 0.3) == pytest.approx(0.2)
+    values = [annealed_tau(2.0, 0.05, step / 10) for step in range(11)]
+    assert values == sorted(values, reverse=True)
+    for bad in [(0.0, 0.1, 0.5), (1.0, 0.0, 0.5), (1.0, 0.1, math.nan)]:
+        with pytest.raises(ValueError):
+            annealed_tau(*bad)
 
 
 def test_tau_state_round_trips_through_json() -> None:
