@@ -59,8 +59,12 @@ def _stop(process: subprocess.Popen[str]) -> None:
             process.wait()
 
 
+# Start-up is mostly imports; on a loaded 2-core machine eight servers starting at once were seen to need over 60 s.
+READY_TIMEOUT = 180.0
+
+
 @contextmanager
-def run_test_server(*flags: str, model_dir: str | Path | None = None, timeout: float = 60.0) -> Iterator[str]:
+def run_test_server(*flags: str, model_dir: str | Path | None = None, timeout: float = READY_TIMEOUT) -> Iterator[str]:
     """Run the test server with ``flags`` and yield its base URL ``http://127.0.0.1:<port>``.
 
     ``model_dir`` is passed as ``--model`` (default: the server builds the tiny model in-process). Raises
@@ -90,7 +94,7 @@ def run_test_server(*flags: str, model_dir: str | Path | None = None, timeout: f
 
 @contextmanager
 def run_test_servers(
-    flag_sets: Mapping[str, Sequence[str]], *, model_dir: str | Path | None = None, timeout: float = 60.0
+    flag_sets: Mapping[str, Sequence[str]], *, model_dir: str | Path | None = None, timeout: float = READY_TIMEOUT
 ) -> Iterator[dict[str, str]]:
     """Start one server per entry of ``flag_sets`` at once and yield ``{name: base URL}``.
 
