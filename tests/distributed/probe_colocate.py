@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.cli import _end_training
-from tests.support.training import letter_dataset, tiny_config
+from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 
 
 class LogpDifferences(TrainerCallback):
@@ -27,21 +27,8 @@ class LogpDifferences(TrainerCallback):
             self.values.append(logs["sampling/sampling_logp_difference/mean"])
 
 
-class AlignedReward:
-    __name__ = "aligned"
-
-    def __init__(self) -> None:
-        self.rows_seen = 0
-
-    def __call__(self, prompts, completions, answer, **kwargs):
-        for prompt, answer_tag in zip(prompts, answer, strict=True):
-            assert prompt == answer_tag + ":", f"misaligned row: prompt={prompt!r} answer={answer_tag!r}"
-        self.rows_seen += len(prompts)
-        return [float(len(set(completion))) for completion in completions]
-
-
 def train(output_dir: Path, model_dir: str):
-    differences, reward = LogpDifferences(), AlignedReward()
+    differences, reward = LogpDifferences(), AlignedTextReward()
     config = tiny_config(
         output_dir,
         max_steps=3,

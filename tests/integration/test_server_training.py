@@ -9,25 +9,19 @@ from types import SimpleNamespace
 import pytest
 
 from maxent_grpo import Completion, MaxEntGRPOTrainer, VLLMServerBackend
-from tests.integration.test_alignment_probe import AlignmentReward
 from tests.support.server_process import run_test_server
 from tests.support.tagged_backend import TaggedBackend
-from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
+from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, tiny_model_and_tokenizer
 
 pytestmark = pytest.mark.slow
 
 
-class TagFromPromptReward(AlignmentReward):
-    """The server's completions are model samples, so alignment is checked on the answer column and prompt."""
-
-    __name__ = "tag_from_prompt"
-
-    def __call__(self, prompts, completions, completion_ids, answer, **kwargs):
-        for prompt, answer_tag in zip(prompts, answer, strict=True):
-            if prompt != answer_tag + ":":
-                raise AssertionError(f"misaligned row: prompt={prompt!r} answer={answer_tag!r}")
-        self.rows_seen += len(prompts)
-        return [float(len(set(c))) for c in completions]
+def __call__(self, prompts, completions, completion_ids, answer, **kwargs):
+    for prompt, answer_tag in zip(prompts, answer, strict=True):
+        if prompt != answer_tag + ":":
+            raise AssertionError(f"misaligned row: prompt={prompt!r} answer={answer_tag!r}")
+    self.rows_seen += len(prompts)
+    return [float(len(set(c))) for c in completions]
 
 
 def test_training_through_faulty_server(tmp_path, tiny_model_dir):
@@ -43,7 +37,7 @@ def test_training_through_faulty_server(tmp_path, tiny_model_dir):
             backoff_seconds=0.01,
             max_concurrency=4,
         )
-        reward = TagFromPromptReward()
+        reward = AlignedTextReward()
         trainer = MaxEntGRPOTrainer(
             model=model,
             reward_funcs=reward,
@@ -107,7 +101,7 @@ def test_importance_sampling_survives_missing_and_nan_logprobs_from_the_server(t
         backend = VLLMServerBackend(base_url, tokenizer=tokenizer, max_tokens=8, backoff_seconds=0.01)
         trainer = MaxEntGRPOTrainer(
             model=model,
-            reward_funcs=TagFromPromptReward(),
+            reward_funcs=AlignedTextReward(),
             args=tiny_config(tmp_path, max_steps=2, per_device_train_batch_size=8),
             train_dataset=letter_dataset(8),
             processing_class=tokenizer,

@@ -43,3 +43,18 @@ def letter_dataset(num_prompts: int = 8, with_answers: bool = True) -> Dataset:
     if with_answers:
         data["answer"] = [f"p{i}" for i in range(num_prompts)]
     return Dataset.from_dict(data)
+
+
+class AlignedTextReward:
+    """Distinct characters of the completion; fails on a row whose prompt is not its answer's (`letter_dataset`)."""
+
+    __name__ = "aligned_text"
+
+    def __init__(self) -> None:
+        self.rows_seen = 0
+
+    def __call__(self, prompts, completions, answer, **kwargs):
+        for prompt, answer_tag in zip(prompts, answer, strict=True):
+            assert prompt == answer_tag + ":", f"misaligned row: prompt={prompt!r} answer={answer_tag!r}"
+        self.rows_seen += len(prompts)
+        return [float(len(set(completion))) for completion in completions]

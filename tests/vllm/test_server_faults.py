@@ -9,9 +9,9 @@ import pytest
 from transformers import TrainerCallback
 
 from maxent_grpo import MaxEntGRPOTrainer
-from tests.support.training import letter_dataset, tiny_config
+from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 from tests.support.vllm_server import VLLMServerProcess
-from tests.vllm.test_server_process import AlignedTextReward, StepLogs, model_and_tokenizer, server_backend
+from tests.vllm.test_server_process import StepLogs, model_and_tokenizer, server_backend
 
 
 class KillAndRestart(TrainerCallback):

@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from maxent_grpo import MaxEntGRPOTrainer, VLLMServerBackend
 from tests.support.chat import chat_dataset
-from tests.support.training import letter_dataset, tiny_config
+from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 from tests.support.vllm_server import running_vllm_server
 
 
@@ -25,21 +25,6 @@ def model_and_tokenizer(model_dir):
 
 def server_backend(url, tokenizer, **overrides):
     return VLLMServerBackend(url, tokenizer=tokenizer, **{"max_tokens": 8, "request_timeout": 30.0, **overrides})
-
-
-class AlignedTextReward:
-    """Distinct characters of the completion; fails on a row whose prompt is not its answer's."""
-
-    __name__ = "aligned_text"
-
-    def __init__(self) -> None:
-        self.rows_seen = 0
-
-    def __call__(self, prompts, completions, answer, **kwargs):
-        for prompt, answer_tag in zip(prompts, answer, strict=True):
-            assert prompt == answer_tag + ":", f"misaligned row: prompt={prompt!r} answer={answer_tag!r}"
-        self.rows_seen += len(prompts)
-        return [float(len(set(completion))) for completion in completions]
 
 
 def chat_reward(prompts, completions, **kwargs):
