@@ -166,10 +166,12 @@ def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntG
 
 
 def _train(argv: Sequence[str]) -> int:
+    from datasets import Dataset
     from transformers.trainer_callback import ProgressCallback
 
     from maxent_grpo import run_checks
     from maxent_grpo import script_args as inputs
+    from maxent_grpo.data_file_checks import dataset_read_errors
     from maxent_grpo.line_progress import LineProgressCallback, silence_library_progress_bars
     from maxent_grpo.prompt_checks import check_chat_template, check_prompts
     from maxent_grpo.trainer import MaxEntGRPOTrainer
@@ -190,9 +192,10 @@ def _train(argv: Sequence[str]) -> int:
     run_checks.check_report_to(config)
     dataset = _load_dataset(script_args)
     eval_dataset = inputs.load_eval_dataset(script_args, config)
-    chat_prompts = check_prompts(dataset, script_args.dataset_name)
-    inputs.check_reward_columns(reward_funcs, dataset)
-    if not script_args.dataset_streaming:
+    with dataset_read_errors(script_args.dataset_name):  # a streamed data set is read here first
+        chat_prompts = check_prompts(dataset, script_args.dataset_name)
+        inputs.check_reward_columns(reward_funcs, dataset)
+    if isinstance(dataset, Dataset):  # a streamed data set has no length
         run_checks.check_batch_fits_dataset(config, len(dataset))
     trainer = MaxEntGRPOTrainer(
         reward_funcs=reward_funcs,
@@ -268,6 +271,9 @@ def _run(trainer: MaxEntGRPOTrainer, config: MaxEntGRPOConfig) -> None:
         raise UsageError(str(error)) from error
     try:
         trainer.save_model(config.output_dir)
+    except KeyboardInterrupt as error:
+        message = interrupted_message(config.output_dir)
+        raise Interrupted(f"{message} (the final model in {config.output_dir} was not completely saved)") from error
     except WRITE_ERRORS as error:
         raise UsageError(str(save_error(f"the model in {config.output_dir}", config.output_dir, error))) from error
 

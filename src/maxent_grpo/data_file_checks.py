@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from datasets.exceptions import DatasetGenerationError
+from pyarrow import ArrowException
 
 from maxent_grpo.usage_error import UsageError
 
@@ -56,7 +57,8 @@ def _below_error(record: logging.LogRecord) -> bool:
 
 @contextmanager
 def dataset_read_errors(name: str) -> Iterator[None]:
-    """Turn `datasets`' `DatasetGenerationError` (a row it cannot parse) into a `UsageError` naming its cause.
+    """Turn `datasets`' `DatasetGenerationError` (a row it cannot parse), and the parse and decode errors a streamed
+    data set raises as they are, into a `UsageError` naming the cause.
 
     `datasets` also logs each such error just before raising it; those records are dropped while loading, since the
     `UsageError` says the same in one line.
@@ -69,6 +71,8 @@ def dataset_read_errors(name: str) -> Iterator[None]:
     except DatasetGenerationError as error:
         cause = error.__cause__ or error
         raise UsageError(f"cannot read dataset {name!r}: {type(cause).__name__}: {cause}") from error
+    except (ArrowException, UnicodeDecodeError) as error:  # raised as they are while a streamed data set is read
+        raise UsageError(f"cannot read dataset {name!r}: {type(error).__name__}: {error}") from error
     finally:
         for handler in handlers:
             handler.removeFilter(_below_error)

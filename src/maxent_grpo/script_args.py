@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from datasets import Dataset, IterableDataset, load_dataset
 from transformers import AutoConfig
+from transformers.utils import is_peft_available
 from trl import ModelConfig, ScriptArguments, get_peft_config, get_quantization_config
 
 from maxent_grpo import resume
@@ -228,12 +229,12 @@ def load_model(model_args: ModelConfig, config: MaxEntGRPOConfig) -> dict[str, A
     `model_revision`, `dtype` and `attn_implementation`), `processing_class` (None: TRL loads the model's),
     `peft_config` (`get_peft_config`: LoRA with `use_peft`) and `quantization_config` (`get_quantization_config`).
     """
+    if model_args.use_peft and not is_peft_available():
+        raise UsageError("use_peft=True needs PEFT, which is not installed: pip install 'maxent-grpo[peft]'")
     try:
         peft_config = get_peft_config(model_args)
-    except ValueError as error:  # use_peft without the peft package
-        raise UsageError(
-            "use_peft=True needs PEFT, which is not installed: pip install 'maxent-grpo[peft]'"
-        ) from error
+    except ValueError as error:  # a LoRA setting PEFT rejects
+        raise UsageError(f"LoRA settings: {error}") from error
     quantization_config = get_quantization_config(model_args)
     name = model_args.model_name_or_path
     if name == TINY_MODEL:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.trainer.utils import nanmax, nanmin, nanstd
@@ -163,9 +164,10 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         disk or a killed job) and then fails after loading the weights; here such a checkpoint is skipped with a
         warning and the latest complete one is used.
 
-        A run in which every generation batch was dropped raises `NoUsableGenerationError`: fewer empty batches than
-        `generation_max_consecutive_empty_batches` do not stop a run, so a short run could otherwise end normally,
-        and save, without a single parameter update.
+        A run in which every generation batch was dropped, or that ended before reaching `max_steps` without
+        generating at all (a data set that yields no full batch), raises `NoUsableGenerationError`: fewer empty
+        batches than `generation_max_consecutive_empty_batches` do not stop a run, so a short run could otherwise end
+        normally, and save, without a single parameter update.
         """
         if resume_from_checkpoint is True:
             checkpoint = latest_complete_checkpoint(Path(self.args.output_dir))
@@ -179,6 +181,12 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             raise NoUsableGenerationError(
                 f"every one of the {generated} generation batches of this run was dropped (no prompt group came back "
                 "complete after retries), so no parameter was updated; the warnings above name the causes"
+            )
+        if not generated and self.state.global_step < self.state.max_steps:
+            raise NoUsableGenerationError(
+                f"training stopped at step {self.state.global_step} of {self.state.max_steps} without a single "
+                "generation batch: the training data yielded no full batch (fewer distinct prompts than one "
+                "generation batch needs: generation_batch_size / num_generations)"
             )
         return output
 
@@ -554,30 +562,36 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------------------------------- checkpoints
     def _save_checkpoint(self, model, trial) -> None:
         """Also write one JSON file: the listwise controllers' state at its top level, the dynamic sampler's under
-        its own key (each only when in use). A checkpoint folder this call created is removed when saving fails, so
-        that a partial checkpoint never looks like one to resume from."""
+        its own key (each only when in use). It is written first, so a checkpoint with `trainer_state.json` (written
+        last by the Trainer, which then deletes checkpoints beyond `save_total_limit`) always has it. A checkpoint
+        folder this call created and could not complete is removed when saving fails, so that a partial checkpoint
+        never looks like one to resume from; a complete one is kept."""
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         existed = os.path.exists(folder)
         try:
             self._save_checkpoint_files(model, trial, folder)
         except BaseException as error:  # also KeyboardInterrupt: re-raised once the partial folder is gone
+            complete = os.path.exists(os.path.join(folder, TRAINER_STATE_NAME))
+            remove = not existed and not complete and self.args.should_save
             failure = None
             if isinstance(error, WRITE_ERRORS) and not isinstance(error, SaveError):  # free space measured first
-                failure = save_error(f"checkpoint {folder} (the partial folder was removed)", folder, error)
-            if not existed and self.args.should_save:
+                what = f"checkpoint {folder}" + (" (the partial folder was removed)" if remove else "")
+                failure = save_error(what, folder, error)
+            if remove:
                 shutil.rmtree(folder, ignore_errors=True)
             if failure is not None:
                 raise failure from error
             raise
 
     def _save_checkpoint_files(self, model, trial, folder: str) -> None:
-        super()._save_checkpoint(model, trial)
         state = {} if self.listwise is None else self.listwise.state_dict(self)
         if self.dynamic_sampler is not None:
             state[DynamicSampler.checkpoint_key] = self.dynamic_sampler.state_dict()
         if state and self.args.should_save:
+            os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, CONTROLLER_STATE_FILE), "w") as handle:
                 json.dump(state, handle)
+        super()._save_checkpoint(model, trial)
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         """Transformers' warning, less the tied weights a checkpoint rightly leaves out.

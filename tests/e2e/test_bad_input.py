@@ -306,6 +306,24 @@ SUBPROCESS_CASES = [
         ],
         "(split 'test')",
     ),
+    (
+        "lora-setting-peft-rejects",
+        lambda t: [*TRAIN, "--use_peft", "true", "--lora_task_type", "NOPE"],
+        "LoRA settings: Invalid task type: 'NOPE'",
+    ),
+    (
+        "streamed-malformed-jsonl",
+        lambda t: [
+            *TRAIN,
+            "--dataset_name",
+            _write(t / "bad.jsonl", '{"prompt": "a"}\n{bad\n'),
+            "--dataset_streaming",
+            "true",
+            "--max_steps",
+            "1",
+        ],
+        "cannot read dataset",
+    ),
     # Nonsense values (item 4)
     ("negative-beta", lambda t: [*TRAIN, "--beta", "-0.5"], "beta=-0.5 is invalid"),
     (

@@ -49,6 +49,17 @@ def test_a_run_whose_every_batch_was_dropped_exits_1(steps, expected, tmp_path):
     assert "Model saved" not in result.stdout
 
 
+def test_a_streamed_data_set_too_small_for_one_batch_exits_1(tmp_path):
+    data = tmp_path / "one_prompt.jsonl"
+    data.write_text('{"prompt": "pick a vowel:"}\n')
+    args = ["--dataset_name", str(data), "--dataset_streaming", "true", "--max_steps", "1"]
+    result = run_cli([*TRAIN, *args], offline_env(tmp_path), cwd=tmp_path)
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("maxent-grpo train: error: training stopped at step 0 of 1 without a single generation")
+    assert "Model saved" not in result.stdout
+
+
 def test_ctrl_c_names_the_checkpoint_to_resume_from(tmp_path):
     output_dir = tmp_path / "run"
     command = [executable("maxent-grpo"), *TRAIN, "--max_steps", "500", "--output_dir", str(output_dir)]
