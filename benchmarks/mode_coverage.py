@@ -41,10 +41,9 @@ import argparse
 import json
 import math
 import statistics
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,31 +52,21 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import torch
-from datasets import Dataset
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, PrinterCallback
 from transformers.utils import logging as hf_logging
-from trl import GRPOConfig, GRPOTrainer
 
-from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
 from maxent_grpo.bench.output import add_output_arguments
+from maxent_grpo.bench.single_prompt import METHODS, SinglePromptTask, StepRecorder, add_run_arguments
 from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
-from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
-
-PROMPT = "pick a vowel:"
-VOWEL_SET = frozenset(VOWELS)
-METHODS = ("grpo", "maxent")
-LABELS = {"grpo": "GRPO (stock TRL)", "maxent": "MaxEnt listwise (first_token modes)"}
-COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "mode_coverage"
 
 # Fixed settings of the experiment (the CLI exposes steps, seeds, tau, samples and the output directory).
-NUM_GENERATIONS = 16
-LEARNING_RATE = 3e-3
-HIDDEN_SIZE = 64
-NUM_LAYERS = 1
-MAX_COMPLETION_LENGTH = 2
-TEMPERATURE = 1.0
-Q_TEMPERATURE = 1.0
-Q_EPSILON = 0.0
+TASK = SinglePromptTask(
+    prompt="pick a vowel:",
+    mode_key="first_token",
+    maxent_settings={"maxent_q_temperature": 1.0, "maxent_q_epsilon": 0.0},
+)
+VOWEL_SET = frozenset(VOWELS)
+LABELS = {"grpo": "GRPO (stock TRL)", "maxent": "MaxEnt listwise (first_token modes)"}
+COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "mode_coverage"
 SMOOTHING_WINDOW = 10
 
 
@@ -96,108 +85,9 @@ def normalized_vowel_entropy(characters: Sequence[str]) -> float:
     return entropy / math.log(len(VOWELS))
 
 
-class StepRecorder:
-    """Reward function wrapper that records, for every scored batch, the mean reward and the answer entropy."""
-
-    def __init__(self, reward_func: Callable[..., list[float]]) -> None:
-        self.reward_func = reward_func
-        self.__name__ = reward_func.__name__
-        self.rewards: list[float] = []
-        self.entropies: list[float] = []
-
-    def __call__(self, completions: list, **kwargs: Any) -> list[float]:
-        rewards = self.reward_func(completions=completions, **kwargs)
-        self.rewards.append(statistics.fmean(rewards))
-        self.entropies.append(normalized_vowel_entropy(first_characters(completions)))
-        return rewards
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """One ``FIELD=VALUE`` config override; VALUE is read as JSON when it parses (numbers, null), else as text."""
-    name, sep, value = item.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {item!r}")
-    try:
-        return name, json.loads(value)
-    except json.JSONDecodeError:
-        return name, value
-
-
-def build_trainer(
-    method: str, seed: int, steps: int, maxent: dict[str, Any], output_dir: str, recorder: StepRecorder
-) -> GRPOTrainer:
-    """A stock GRPO or MaxEnt listwise trainer on the vowel task, from the seed's model initialisation."""
-    tokenizer = build_tiny_tokenizer()
-    model = build_tiny_model(
-        tokenizer,
-        seed=seed,
-        hidden_size=HIDDEN_SIZE,
-        num_layers=NUM_LAYERS,
-        max_completion_length=MAX_COMPLETION_LENGTH,
-    )
-    fields: dict[str, Any] = {
-        "output_dir": output_dir,
-        "per_device_train_batch_size": NUM_GENERATIONS,
-        "num_generations": NUM_GENERATIONS,
-        "max_completion_length": MAX_COMPLETION_LENGTH,
-        "temperature": TEMPERATURE,
-        "max_steps": steps,
-        "learning_rate": LEARNING_RATE,
-        "beta": 0.0,
-        "logging_steps": steps,
-        "save_strategy": "no",
-        "report_to": "none",
-        "use_cpu": True,
-        "seed": seed,
-        "dataloader_num_workers": 0,
-        "disable_tqdm": True,
-    }
-    dataset = Dataset.from_dict({"prompt": [PROMPT] * NUM_GENERATIONS})
-    if method == "grpo":
-        return GRPOTrainer(
-            model=model,
-            reward_funcs=recorder,
-            args=GRPOConfig(**fields),
-            train_dataset=dataset,
-            processing_class=tokenizer,
-        )
-    settings = {
-        "maxent_objective": "listwise",
-        "maxent_mode_key": "first_token",
-        "maxent_q_temperature": Q_TEMPERATURE,
-        "maxent_q_epsilon": Q_EPSILON,
-        **maxent,
-    }
-    args = MaxEntGRPOConfig(**fields, **settings)
-    return MaxEntGRPOTrainer(
-        model=model, reward_funcs=recorder, args=args, train_dataset=dataset, processing_class=tokenizer
-    )
-
-
-@torch.no_grad()
-def sample_answers(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, num_samples: int, seed: int
-) -> list[str]:
-    """``num_samples`` completions of the prompt, sampled with the training generation settings."""
-    model.eval()
-    prompt_ids = torch.tensor([tokenizer(PROMPT)["input_ids"]] * num_samples, device=model.device)
-    generator_state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
-        output = model.generate(
-            input_ids=prompt_ids,
-            attention_mask=torch.ones_like(prompt_ids),
-            do_sample=True,
-            max_new_tokens=MAX_COMPLETION_LENGTH,
-            temperature=TEMPERATURE,
-            top_k=0,
-            top_p=1.0,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-    finally:
-        torch.random.set_rng_state(generator_state)
-    return tokenizer.batch_decode(output[:, prompt_ids.shape[1] :], skip_special_tokens=True)
+def group_vowel_entropy(completions: Sequence[Any]) -> float:
+    """The normalized vowel entropy of a scored group's answers, recorded at every step."""
+    return normalized_vowel_entropy(first_characters(completions))
 
 
 def evaluate(answers: Sequence[str]) -> dict[str, Any]:
@@ -233,8 +123,8 @@ def plot_curves(curves: dict[str, dict[str, list[list[float]]]], path: Path) -> 
         axis.grid(alpha=0.3)
     axes[0].legend(loc="lower right")
     figure.suptitle(
-        f"pick a vowel (5 correct answers), {NUM_GENERATIONS} completions per step: mean over seeds, band = min-max "
-        f"over seeds, {SMOOTHING_WINDOW}-step moving average"
+        f"pick a vowel (5 correct answers), {TASK.num_generations} completions per step: mean over seeds, "
+        f"band = min-max over seeds, {SMOOTHING_WINDOW}-step moving average"
     )
     figure.tight_layout()
     figure.savefig(path, dpi=80)
@@ -243,18 +133,11 @@ def plot_curves(curves: dict[str, dict[str, list[list[float]]]], path: Path) -> 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300, help="optimizer steps per run (one group each)")
-    parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0 .. seeds-1) per method")
+    add_run_arguments(
+        parser, maxent_help="MaxEntGRPOConfig override (repeatable; --tau sets maxent_tau unless this does)"
+    )
     parser.add_argument("--tau", type=float, default=0.25, help="MaxEnt entropy temperature tau (fixed)")
     parser.add_argument("--samples", type=int, default=512, help="answers sampled per trained model")
-    parser.add_argument(
-        "--maxent",
-        action="append",
-        type=parse_override,
-        default=[],
-        metavar="FIELD=VALUE",
-        help="MaxEntGRPOConfig override (repeatable; --tau sets maxent_tau unless this does)",
-    )
     add_output_arguments(parser, "mode_coverage", COMMITTED_OUTPUT_DIR)
     return parser.parse_args(argv)
 
@@ -272,18 +155,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     for seed in range(args.seeds):
         for method in METHODS:
-            recorder = StepRecorder(vowel_start_reward)
+            recorder = StepRecorder(vowel_start_reward, {"entropy": group_vowel_entropy})
             run_start = time.perf_counter()
-            with tempfile.TemporaryDirectory() as output_dir:
-                trainer = build_trainer(method, seed, args.steps, maxent, output_dir, recorder)
-                trainer.remove_callback(PrinterCallback)
-                trainer.train()
-            answers = sample_answers(trainer.model, trainer.processing_class, args.samples, seed=1000 + seed)
+            trainer = TASK.train(method, seed, args.steps, maxent, recorder)
+            answers = TASK.sample_answers(trainer.model, trainer.processing_class, args.samples, seed=1000 + seed)
             final = evaluate(answers)
             seconds = time.perf_counter() - run_start
             runs.append({"method": method, "seed": seed, "seconds": round(seconds, 1), **final})
             curves[method]["reward"].append(recorder.rewards)
-            curves[method]["entropy"].append(recorder.entropies)
+            curves[method]["entropy"].append(recorder.metrics["entropy"])
             print(
                 f"[{len(runs)}/{total}] seed {seed} {method:<6} {args.steps} steps in {seconds:6.1f}s "
                 f"(elapsed {time.perf_counter() - started:6.1f}s): reward {final['mean_reward']:.3f}, "
@@ -325,22 +205,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     result = {
         "settings": {
-            "prompt": PROMPT,
+            "prompt": TASK.prompt,
             "steps": args.steps,
             "seeds": args.seeds,
             "samples": args.samples,
-            "num_generations": NUM_GENERATIONS,
-            "per_device_train_batch_size": NUM_GENERATIONS,
-            "learning_rate": LEARNING_RATE,
-            "beta": 0.0,
-            "hidden_size": HIDDEN_SIZE,
-            "num_layers": NUM_LAYERS,
-            "max_completion_length": MAX_COMPLETION_LENGTH,
-            "temperature": TEMPERATURE,
+            **TASK.training_settings(),
+            "per_device_train_batch_size": TASK.num_generations,
             "maxent_tau": maxent["maxent_tau"],
-            "maxent_q_temperature": Q_TEMPERATURE,
-            "maxent_q_epsilon": Q_EPSILON,
-            "maxent_mode_key": "first_token",
+            **TASK.maxent_settings,
+            "maxent_mode_key": TASK.mode_key,
             "maxent_overrides": dict(args.maxent),
         },
         "runs": runs,

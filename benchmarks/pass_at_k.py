@@ -35,10 +35,9 @@ import argparse
 import json
 import math
 import statistics
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,133 +46,30 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import torch
-from datasets import Dataset
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, PrinterCallback
 from transformers.utils import logging as hf_logging
-from trl import GRPOConfig, GRPOTrainer
 
-from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
 from maxent_grpo.bench.output import add_output_arguments
+from maxent_grpo.bench.single_prompt import METHODS, SinglePromptTask, StepRecorder, add_run_arguments
 from maxent_grpo.pass_at_k import pass_at_k
 from maxent_grpo.rewards import completion_text
-from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 
-PROMPT = "10="
-ALPHABET = "0123456789="
+# The MaxEnt settings of the mode-coverage benchmark, unchanged: one setting for both tasks, no per-task tuning.
+TASK = SinglePromptTask(
+    prompt="10=",
+    mode_key="last_line",
+    alphabet="0123456789=",
+    maxent_settings={"maxent_tau": 0.25, "maxent_q_temperature": 1.0, "maxent_q_epsilon": 0.0},
+)
 CORRECT = frozenset(f"{a}{10 - a}" for a in range(1, 10))
-METHODS = ("grpo", "maxent")
 LABELS = {"grpo": "GRPO (stock TRL)", "maxent": "MaxEnt listwise (last_line modes)"}
 COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "pass_at_k"
 KS = (1, 2, 4, 8, 16, 32, 64)
-
-NUM_GENERATIONS = 16
-LEARNING_RATE = 3e-3
-HIDDEN_SIZE = 64
-NUM_LAYERS = 1
-MAX_COMPLETION_LENGTH = 2
-TEMPERATURE = 1.0
-MODE_KEY = "last_line"
-# The MaxEnt settings of the mode-coverage benchmark, unchanged: one setting for both tasks, no per-task tuning.
-MAXENT_SETTINGS = {"maxent_tau": 0.25, "maxent_q_temperature": 1.0, "maxent_q_epsilon": 0.0}
 SMOOTHING_WINDOW = 10
 
 
 def digit_pair_reward(completions: list, **kwargs: Any) -> list[float]:
     """1.0 when the completion, whitespace stripped, is two digits that sum to 10; else 0.0."""
     return [float(completion_text(c).strip() in CORRECT) for c in completions]
-
-
-class RewardRecorder:
-    """Reward function wrapper that records the mean reward of every scored batch."""
-
-    def __init__(self, reward_func: Callable[..., list[float]]) -> None:
-        self.reward_func = reward_func
-        self.__name__ = reward_func.__name__
-        self.rewards: list[float] = []
-
-    def __call__(self, completions: list, **kwargs: Any) -> list[float]:
-        rewards = self.reward_func(completions=completions, **kwargs)
-        self.rewards.append(statistics.fmean(rewards))
-        return rewards
-
-
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """``FIELD=VALUE`` pairs as config overrides; VALUE is read as JSON when it parses (numbers, null), else text."""
-    overrides: dict[str, Any] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise SystemExit(f"--maxent expects FIELD=VALUE, got {item!r}")
-        try:
-            overrides[name] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[name] = value
-    return overrides
-
-
-def build_trainer(
-    method: str, seed: int, steps: int, maxent: dict[str, Any], output_dir: str, recorder: RewardRecorder
-) -> GRPOTrainer:
-    """A stock GRPO or MaxEnt listwise trainer on the digit-pair task, from the seed's model initialisation."""
-    tokenizer = build_tiny_tokenizer(ALPHABET)
-    model = build_tiny_model(
-        tokenizer,
-        seed=seed,
-        hidden_size=HIDDEN_SIZE,
-        num_layers=NUM_LAYERS,
-        max_completion_length=MAX_COMPLETION_LENGTH,
-    )
-    fields: dict[str, Any] = {
-        "output_dir": output_dir,
-        "per_device_train_batch_size": NUM_GENERATIONS,
-        "num_generations": NUM_GENERATIONS,
-        "max_completion_length": MAX_COMPLETION_LENGTH,
-        "temperature": TEMPERATURE,
-        "max_steps": steps,
-        "learning_rate": LEARNING_RATE,
-        "beta": 0.0,
-        "logging_steps": steps,
-        "save_strategy": "no",
-        "report_to": "none",
-        "use_cpu": True,
-        "seed": seed,
-        "dataloader_num_workers": 0,
-        "disable_tqdm": True,
-    }
-    dataset = Dataset.from_dict({"prompt": [PROMPT] * NUM_GENERATIONS})
-    if method == "grpo":
-        trainer_class, args = GRPOTrainer, GRPOConfig(**fields)
-    else:
-        settings = {"maxent_objective": "listwise", "maxent_mode_key": MODE_KEY, **MAXENT_SETTINGS, **maxent}
-        trainer_class, args = MaxEntGRPOTrainer, MaxEntGRPOConfig(**fields, **settings)
-    trainer = trainer_class(
-        model=model, reward_funcs=recorder, args=args, train_dataset=dataset, processing_class=tokenizer
-    )
-    trainer.remove_callback(PrinterCallback)
-    return trainer
-
-
-@torch.no_grad()
-def sample_answers(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, num_samples: int, seed: int
-) -> list[str]:
-    """``num_samples`` completions of the prompt, sampled with the training generation settings."""
-    model.eval()
-    prompt_ids = torch.tensor([tokenizer(PROMPT)["input_ids"]] * num_samples, device=model.device)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        output = model.generate(
-            input_ids=prompt_ids,
-            attention_mask=torch.ones_like(prompt_ids),
-            do_sample=True,
-            max_new_tokens=MAX_COMPLETION_LENGTH,
-            temperature=TEMPERATURE,
-            top_k=0,
-            top_p=1.0,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-    return tokenizer.batch_decode(output[:, prompt_ids.shape[1] :], skip_special_tokens=True)
 
 
 def evaluate(answers: Sequence[str]) -> dict[str, Any]:
@@ -220,7 +116,7 @@ def plot(curves: dict[str, list[list[float]]], runs: list[dict[str, Any]], path:
     for axis in (left, right):
         axis.grid(alpha=0.3)
         axis.legend(loc="lower right")
-    figure.suptitle(f"two digits that sum to 10 (9 correct answers), {NUM_GENERATIONS} completions per step")
+    figure.suptitle(f"two digits that sum to 10 (9 correct answers), {TASK.num_generations} completions per step")
     figure.tight_layout()
     figure.savefig(path, dpi=80)
     plt.close(figure)
@@ -228,12 +124,8 @@ def plot(curves: dict[str, list[list[float]]], runs: list[dict[str, Any]], path:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300, help="optimizer steps per run (one group each)")
-    parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0 .. seeds-1) per method")
+    add_run_arguments(parser, maxent_help="MaxEntGRPOConfig override, repeatable")
     parser.add_argument("--samples", type=int, default=256, help="answers sampled per trained model (n >= 128)")
-    parser.add_argument(
-        "--maxent", action="append", default=[], metavar="FIELD=VALUE", help="MaxEntGRPOConfig override, repeatable"
-    )
     add_output_arguments(parser, "pass_at_k", COMMITTED_OUTPUT_DIR)
     return parser.parse_args(argv)
 
@@ -241,7 +133,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the experiment, print the table, write the JSON and the PNG; return the JSON's content."""
     args = parse_args(argv)
-    maxent = parse_overrides(args.maxent)
+    maxent = dict(args.maxent)
     hf_logging.set_verbosity_error()
     args.output_dir.mkdir(parents=True, exist_ok=True)
 
@@ -250,12 +142,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     for seed in range(args.seeds):
         for method in METHODS:
-            recorder = RewardRecorder(digit_pair_reward)
+            recorder = StepRecorder(digit_pair_reward)
             run_start = time.perf_counter()
-            with tempfile.TemporaryDirectory() as output_dir:
-                trainer = build_trainer(method, seed, args.steps, maxent, output_dir, recorder)
-                trainer.train()
-            final = evaluate(sample_answers(trainer.model, trainer.processing_class, args.samples, 1000 + seed))
+            trainer = TASK.train(method, seed, args.steps, maxent, recorder)
+            final = evaluate(TASK.sample_answers(trainer.model, trainer.processing_class, args.samples, 1000 + seed))
             seconds = time.perf_counter() - run_start
             runs.append({"method": method, "seed": seed, "seconds": round(seconds, 1), **final})
             curves[method].append(recorder.rewards)
@@ -298,20 +188,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     result = {
         "settings": {
-            "prompt": PROMPT,
-            "alphabet": ALPHABET,
+            "prompt": TASK.prompt,
+            "alphabet": TASK.alphabet,
             "steps": args.steps,
             "seeds": args.seeds,
             "samples": args.samples,
-            "num_generations": NUM_GENERATIONS,
-            "learning_rate": LEARNING_RATE,
-            "beta": 0.0,
-            "hidden_size": HIDDEN_SIZE,
-            "num_layers": NUM_LAYERS,
-            "max_completion_length": MAX_COMPLETION_LENGTH,
-            "temperature": TEMPERATURE,
-            "maxent_mode_key": MODE_KEY,
-            **MAXENT_SETTINGS,
+            **TASK.training_settings(),
+            "maxent_mode_key": TASK.mode_key,
+            **TASK.maxent_settings,
             "maxent_overrides": maxent,
         },
         "runs": runs,

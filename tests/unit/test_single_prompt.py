@@ -1,0 +1,38 @@
+"""The shared pieces of the single-prompt benchmarks: config overrides from the command line and the step record."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from maxent_grpo.bench.single_prompt import StepRecorder, add_run_arguments, maxent_override
+
+
+def test_maxent_override_reads_json_values_and_falls_back_to_text() -> None:
+    assert maxent_override("maxent_tau=0.5") == ("maxent_tau", 0.5)
+    assert maxent_override("maxent_tau_final=null") == ("maxent_tau_final", None)
+    assert maxent_override("maxent_mode_key=last_line") == ("maxent_mode_key", "last_line")
+    for item in ("maxent_tau", "=0.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected FIELD=VALUE"):
+            maxent_override(item)
+
+
+def test_run_arguments_collect_repeated_overrides() -> None:
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser, maxent_help="override")
+    args = parser.parse_args(["--steps", "5", "--maxent", "maxent_tau=1", "--maxent", "maxent_q_epsilon=0.1"])
+    assert (args.steps, args.seeds) == (5, 3)
+    assert dict(args.maxent) == {"maxent_tau": 1, "maxent_q_epsilon": 0.1}
+
+
+def test_step_recorder_records_mean_reward_and_group_metrics() -> None:
+    def starts_with_a(completions: list, **kwargs: object) -> list[float]:
+        return [float(c.startswith("a")) for c in completions]
+
+    recorder = StepRecorder(starts_with_a, {"distinct": lambda completions: float(len(set(completions)))})
+    assert recorder.__name__ == "starts_with_a"
+    assert recorder(["a", "b", "a", "c"], prompts=["p"] * 4) == [1.0, 0.0, 1.0, 0.0]
+    assert recorder(["a", "a"]) == [1.0, 1.0]
+    assert recorder.rewards == [0.5, 1.0]
+    assert recorder.metrics == {"distinct": [3.0, 1.0]}
