@@ -19,12 +19,19 @@ from pyarrow import ArrowException
 from maxent_grpo.usage_error import UsageError
 
 _TEXT_SUFFIXES = frozenset({".json", ".jsonl", ".csv", ".txt"})
+_DATA_SUFFIXES = _TEXT_SUFFIXES | {".parquet"}
 _CHUNK_BYTES = 1 << 20
 
 
 def check_data_file(name: str) -> None:
-    """A local data file must not be empty, and a text one (JSON, JSON Lines, CSV, text) must be UTF-8."""
+    """A local data file must not be empty, and a text one (JSON, JSON Lines, CSV, text) must be UTF-8; a local
+    directory's data files are checked one by one."""
     path = Path(name).expanduser()
+    if path.is_dir():
+        for member in sorted(path.rglob("*")):
+            if member.is_file() and member.suffix.lower() in _DATA_SUFFIXES and not member.name.startswith("."):
+                check_data_file(str(member))
+        return
     if not path.is_file():
         return
     if path.suffix.lower() not in _TEXT_SUFFIXES:

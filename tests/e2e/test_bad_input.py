@@ -21,6 +21,11 @@ def _write(path: Path, text: str) -> str:
     return str(path)
 
 
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
 def _recipe_with(tmp_path: Path, extra: str) -> str:
     return _write(tmp_path / "recipe.yaml", DEMO_RECIPE.read_text() + extra)
 
@@ -323,6 +328,11 @@ SUBPROCESS_CASES = [
             "1",
         ],
         "cannot read dataset",
+    ),
+    (
+        "data-folder-with-an-empty-file",
+        lambda t: [*TRAIN, "--dataset_name", str(Path(_write(_mkdir(t / "data") / "train.jsonl", "")).parent)],
+        "train.jsonl' is empty",
     ),
     # Nonsense values (item 4)
     ("negative-beta", lambda t: [*TRAIN, "--beta", "-0.5"], "beta=-0.5 is invalid"),
