@@ -139,29 +139,19 @@ def main() -> int:
         if device != "cuda":
             print("vLLM colocate and server modes: skipped (vLLM needs a CUDA device)")
             return 0
-        colocate = _train(
-            MaxEntGRPOTrainer,
-            MaxEntGRPOConfig,
-            model_dir,
-            device,
-            options.steps,
-            use_vllm=True,
-            vllm_mode="colocate",
-            vllm_gpu_memory_utilization=0.3,
-        )
-        print(f"MaxEntGRPOTrainer, vLLM colocate: {colocate:.0f} tok/s")
-        asleep = _train(
-            MaxEntGRPOTrainer,
-            MaxEntGRPOConfig,
-            model_dir,
-            device,
-            options.steps,
-            use_vllm=True,
-            vllm_mode="colocate",
-            vllm_gpu_memory_utilization=0.3,
-            vllm_enable_sleep_mode=True,
-        )
-        print(f"MaxEntGRPOTrainer, vLLM colocate with sleep mode: {asleep:.0f} tok/s")
+        for label, sleep_mode in (("", False), (" with sleep mode", True)):
+            colocate = _train(
+                MaxEntGRPOTrainer,
+                MaxEntGRPOConfig,
+                model_dir,
+                device,
+                options.steps,
+                use_vllm=True,
+                vllm_mode="colocate",
+                vllm_gpu_memory_utilization=0.3,
+                vllm_enable_sleep_mode=sleep_mode,
+            )
+            print(f"MaxEntGRPOTrainer, vLLM colocate{label}: {colocate:.0f} tok/s")
         port = _free_port()
         server = _start_vllm_server(model_dir, port, Path(workdir) / "vllm_serve.log")
         try:
