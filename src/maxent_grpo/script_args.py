@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from datasets import Dataset, IterableDataset, load_dataset
 from transformers import AutoConfig
-from transformers.utils import is_peft_available
+from transformers.utils import is_bitsandbytes_available, is_peft_available
 from trl import ModelConfig, ScriptArguments, get_peft_config, get_quantization_config
 
 from maxent_grpo import resume
@@ -222,6 +222,16 @@ def resolve_resume_checkpoint(config: MaxEntGRPOConfig) -> None:
         raise UsageError(str(error)) from error
 
 
+def _check_lora_settings(model_args: ModelConfig) -> None:
+    """PEFT installed, and the LoRA values PEFT only rejects once it wraps the model (after the model has loaded)."""
+    if not is_peft_available():
+        raise UsageError("use_peft=True needs PEFT, which is not installed: pip install 'maxent-grpo[peft]'")
+    if model_args.lora_r < 1:
+        raise UsageError(f"lora_r={model_args.lora_r} is invalid: expected an integer >= 1")
+    if not 0 <= model_args.lora_dropout < 1:
+        raise UsageError(f"lora_dropout={model_args.lora_dropout} is invalid: expected a number in [0, 1)")
+
+
 def load_model(model_args: ModelConfig, config: MaxEntGRPOConfig) -> dict[str, Any]:
     """The model arguments of `MaxEntGRPOTrainer`, set up as TRL's `grpo` script does from `ModelConfig`.
 
@@ -229,8 +239,8 @@ def load_model(model_args: ModelConfig, config: MaxEntGRPOConfig) -> dict[str, A
     `model_revision`, `dtype` and `attn_implementation`), `processing_class` (None: TRL loads the model's),
     `peft_config` (`get_peft_config`: LoRA with `use_peft`) and `quantization_config` (`get_quantization_config`).
     """
-    if model_args.use_peft and not is_peft_available():
-        raise UsageError("use_peft=True needs PEFT, which is not installed: pip install 'maxent-grpo[peft]'")
+    if model_args.use_peft:
+        _check_lora_settings(model_args)
     try:
         peft_config = get_peft_config(model_args)
     except ValueError as error:  # a LoRA setting PEFT rejects
@@ -253,6 +263,10 @@ def load_model(model_args: ModelConfig, config: MaxEntGRPOConfig) -> dict[str, A
             except (ValueError, ImportError) as error:  # unknown name, or a kernel that is not installed
                 raise UsageError(f"attn_implementation={model_args.attn_implementation!r}: {error}") from error
         return {"model": model, "processing_class": tokenizer, "peft_config": peft_config}
+    if quantization_config is not None and not is_bitsandbytes_available():
+        raise UsageError(
+            "load_in_4bit / load_in_8bit need bitsandbytes, which is not installed: pip install bitsandbytes"
+        )
     local = Path(name).expanduser()
     if name.startswith((".", "/", "~")) and not local.is_dir():
         raise UsageError(f"cannot load model {name!r}: no such directory")

@@ -316,6 +316,8 @@ SUBPROCESS_CASES = [
         lambda t: [*TRAIN, "--use_peft", "true", "--lora_task_type", "NOPE"],
         "LoRA settings: Invalid task type: 'NOPE'",
     ),
+    ("lora-rank-0", lambda t: [*TRAIN, "--use_peft", "true", "--lora_r", "0"], "lora_r=0 is invalid"),
+    ("lora-dropout-2", lambda t: [*TRAIN, "--use_peft", "true", "--lora_dropout", "2"], "lora_dropout=2.0 is invalid"),
     (
         "streamed-malformed-jsonl",
         lambda t: [
