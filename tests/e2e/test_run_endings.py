@@ -52,7 +52,7 @@ def test_a_run_whose_every_batch_was_dropped_exits_1(steps, expected, tmp_path):
 def test_a_streamed_data_set_too_small_for_one_batch_exits_1(tmp_path):
     data = tmp_path / "one_prompt.jsonl"
     data.write_text('{"prompt": "pick a vowel:"}\n')
-    args = ["--dataset_name", str(data), "--dataset_streaming", "true", "--max_steps", "1"]
+    args = ["--dataset_name", str(data), "--dataset_streaming", "true", "--max_steps", "1", "--num_generations", "8"]
     result = run_cli([*TRAIN, *args], offline_env(tmp_path), cwd=tmp_path)
     assert result.returncode == 1, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
