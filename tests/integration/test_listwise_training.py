@@ -18,6 +18,10 @@ pytestmark = pytest.mark.slow
 
 
 class AdvantageRecorder(MaxEntGRPOTrainer):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.recorded: list[torch.Tensor] = []
+
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         self.recorded.append(output["advantages"].clone())
@@ -65,27 +69,32 @@ class PrefixedVowelBackend:
         return groups
 
 
-def test_special_token_and_space_prefixes_do_not_make_new_modes(tmp_path, tiny_model_dir):
+def _one_listwise_step(tmp_path, model_dir, reward, backend_class, **config) -> AdvantageRecorder:
+    """One listwise step of the saved tiny model on the vowel prompt, with completions from ``backend_class``."""
     _, tokenizer = tiny_model_and_tokenizer()
-    args = tiny_config(
-        tmp_path,
-        max_steps=1,
-        per_device_train_batch_size=8,
-        num_generations=8,
-        maxent_objective="listwise",
-        maxent_tau=0.0,
-        maxent_mode_key="first_token",
-    )
+    args = tiny_config(tmp_path, max_steps=1, per_device_train_batch_size=8, maxent_objective="listwise", **config)
     trainer = AdvantageRecorder(
-        model=str(tiny_model_dir),
-        reward_funcs=vowel_start_reward,
+        model=str(model_dir),
+        reward_funcs=reward,
         args=args,
         train_dataset=_vowel_data(),
         processing_class=tokenizer,
-        generation_backend=PrefixedVowelBackend(tokenizer),
+        generation_backend=backend_class(tokenizer),
     )
-    trainer.recorded = []
     trainer.train()
+    return trainer
+
+
+def test_special_token_and_space_prefixes_do_not_make_new_modes(tmp_path, tiny_model_dir):
+    trainer = _one_listwise_step(
+        tmp_path,
+        tiny_model_dir,
+        vowel_start_reward,
+        PrefixedVowelBackend,
+        num_generations=8,
+        maxent_tau=0.0,
+        maxent_mode_key="first_token",
+    )
     assert _history(trainer, "maxent/mode_coverage") == [(1, 2.0)]
     # tau = 0: the two answers share the weight equally, 1/2 over five "a" rows and 1/2 over three "e" rows.
     (advantages,) = trainer.recorded
@@ -124,7 +133,6 @@ def test_listwise_advantages_replace_grpo_and_are_logged(tmp_path):
         train_dataset=_vowel_data(),
         processing_class=tokenizer,
     )
-    trainer.recorded = []
     trainer.train()
     assert len(trainer.recorded) == 3
     for advantages in trainer.recorded:
@@ -210,27 +218,16 @@ def test_controllers_continue_after_resume(tmp_path, tiny_model_dir):
 
 
 def test_masked_truncated_completions_are_no_candidates(tmp_path, tiny_model_dir):
-    _, tokenizer = tiny_model_and_tokenizer()
-    args = tiny_config(
+    trainer = _one_listwise_step(
         tmp_path,
-        max_steps=1,
-        per_device_train_batch_size=8,
+        tiny_model_dir,
+        digit_reward,
+        TruncatedFirstBackend,
         num_generations=4,
-        maxent_objective="listwise",
         maxent_tau=0.1,
         beta=0.5,
         mask_truncated_completions=True,
     )
-    trainer = AdvantageRecorder(
-        model=str(tiny_model_dir),
-        reward_funcs=digit_reward,
-        args=args,
-        train_dataset=_vowel_data(),
-        processing_class=tokenizer,
-        generation_backend=TruncatedFirstBackend(tokenizer),
-    )
-    trainer.recorded = []
-    trainer.train()
     (advantages,) = trainer.recorded
     groups = advantages.view(-1, 4)
     # The truncated completion (reward 6) trains nothing and takes no weight; the reward-7 completion leads.
