@@ -7,8 +7,9 @@ from datasets import Dataset
 
 from maxent_grpo.data_file_checks import check_data_file
 from maxent_grpo.hub_access import looks_local
-from maxent_grpo.interruption import interrupted_message, latest_complete_checkpoint
+from maxent_grpo.interruption import interrupted_message
 from maxent_grpo.prompt_checks import check_prompts
+from maxent_grpo.resume import latest_complete_checkpoint
 from maxent_grpo.usage_error import UsageError
 
 
@@ -76,5 +77,5 @@ def test_the_latest_complete_checkpoint_is_named_and_a_partial_one_is_skipped(tm
         (tmp_path / f"checkpoint-{step}").mkdir()
     for step in (2, 10):
         (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
-    assert latest_complete_checkpoint(str(tmp_path)) == tmp_path / "checkpoint-10"  # 12 has no trainer state
+    assert latest_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-10"  # 12 has no trainer state
     assert interrupted_message(str(tmp_path)).endswith(f"--resume_from_checkpoint {tmp_path / 'checkpoint-10'}")
