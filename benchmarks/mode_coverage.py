@@ -4,8 +4,10 @@ Task: the prompt "pick a vowel:" and a reward of 1 when the completion's first n
 lower-case vowel (`vowel_start_reward`), so there are five equally good answers. The tiny offline Qwen2 model of
 `maxent_grpo.tiny_model` (hidden size 64, one layer; character-level tokenizer, so the first token is the first
 character) is trained from the same random initialisation per seed by stock TRL `GRPOTrainer` and by
-`MaxEntGRPOTrainer` with ``maxent_objective="listwise"``, ``maxent_mode_key="first_token"`` and a fixed
-``maxent_tau`` (default 0.25, ``maxent_q_temperature=1``, ``maxent_q_epsilon=0``). Both use one group of 16
+`MaxEntGRPOTrainer` with ``maxent_objective="listwise"``, ``maxent_mode_key="first_token"`` and the MaxEnt
+schedule all single-prompt benchmarks share (`maxent_grpo.bench.single_prompt.MAXENT_SCHEDULE`: tau annealed from
+``--tau`` (0.25) to 0.003 over the whole run, ``maxent_q_temperature=1``, ``maxent_q_epsilon=0``; the default
+``maxent_mode_probability="count"``, because a first character spans many completions). Both use one group of 16
 completions of at most 2 tokens per step (only the first character is scored), learning rate 3e-3 with TRL's default
 linear decay, beta 0, sampling temperature 1.0, 300 steps. Runs are interleaved (seed 0 GRPO, seed 0 MaxEnt,
 seed 1 GRPO, ...) in one process so machine drift hits both.
@@ -30,7 +32,8 @@ Expected result: both methods reach a mean reward near 1. GRPO gives every corre
 advantage, so the vowel that happens to be sampled most gains most, and once every completion of a group is correct
 its advantages vanish: it ends on one or two vowels (normalized entropy well below 0.65). MaxEnt's mode form gives
 each distinct correct answer the same weight, so it keeps all five vowels (reward >= 0.95 and normalized entropy
->= 0.90 on every seed). With 4-token completions or hidden size 32, MaxEnt's final reward is lower (about 0.93-0.96).
+>= 0.90 on every seed). With a fixed tau of 0.25 and 4-token completions or hidden size 32, MaxEnt's final reward
+is lower (about 0.93-0.96).
 Takes about 1-2 minutes on 2 CPU cores with the defaults (six runs of
 300 steps at 0.03-0.05 s per step, plus start-up).
 """
@@ -55,14 +58,22 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from maxent_grpo.bench.output import add_output_arguments
-from maxent_grpo.bench.single_prompt import METHODS, SinglePromptTask, StepRecorder, add_run_arguments
+from maxent_grpo.bench.single_prompt import (
+    MAXENT_SCHEDULE,
+    METHODS,
+    SinglePromptTask,
+    StepRecorder,
+    add_run_arguments,
+)
 from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
 
-# Fixed settings of the experiment (the CLI exposes steps, seeds, tau, samples and the output directory).
+# Fixed settings of the experiment (the CLI exposes steps, seeds, the initial tau, samples and the output directory).
+# The shared MaxEnt schedule; a mode (the first character) spans many 2-token completions, so its probability under
+# the policy is not known from the sampled ones and the group share estimates it (maxent_mode_probability="count").
 TASK = SinglePromptTask(
     prompt="pick a vowel:",
     mode_key="first_token",
-    maxent_settings={"maxent_q_temperature": 1.0, "maxent_q_epsilon": 0.0},
+    maxent_settings={key: value for key, value in MAXENT_SCHEDULE.items() if key != "maxent_tau"},
 )
 VOWEL_SET = frozenset(VOWELS)
 LABELS = {"grpo": "GRPO (stock TRL)", "maxent": "MaxEnt listwise (first_token modes)"}
@@ -136,7 +147,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add_run_arguments(
         parser, maxent_help="MaxEntGRPOConfig override (repeatable; --tau sets maxent_tau unless this does)"
     )
-    parser.add_argument("--tau", type=float, default=0.25, help="MaxEnt entropy temperature tau (fixed)")
+    parser.add_argument(
+        "--tau",
+        type=float,
+        default=MAXENT_SCHEDULE["maxent_tau"],
+        help="MaxEnt entropy temperature tau at the start of the anneal",
+    )
     parser.add_argument("--samples", type=int, default=512, help="answers sampled per trained model")
     add_output_arguments(parser, "mode_coverage", COMMITTED_OUTPUT_DIR)
     return parser.parse_args(argv)

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 OBJECTIVES = ("grpo", "listwise")
+MODE_PROBABILITIES = ("count", "policy")
 VLLM_DTYPES = ("training", "auto", "float32", "bfloat16", "float16")
 
 
@@ -144,6 +145,18 @@ class MaxEntGRPOConfig(GRPOConfig):
             "completion text to a hashable answer. None: candidate-level entropy."
         },
     )
+    maxent_mode_probability: Literal["count", "policy"] = field(
+        default="count",
+        metadata={
+            "help": "How the listwise mode form estimates how likely the sampling policy makes each answer of a group "
+            "(needs maxent_mode_key). 'count': its share of the group, so every sampled mode is weighted by its "
+            "target alone. 'policy': the policy's probability of the mode's distinct sampled completions, and "
+            "modes the group over-represents (a nearly lost answer that turned up) get proportionally more weight "
+            "(importance correction); this keeps rare correct answers alive. Exact when each answer is one short "
+            "completion; for long reasoning completions (many paths per answer) keep 'count'. Costs one forward "
+            "pass per training rollout batch unless TRL computed old_per_token_logps."
+        },
+    )
     maxent_mode_coverage_threshold: float = field(
         default=1.0,
         metadata={
@@ -239,6 +252,14 @@ class MaxEntGRPOConfig(GRPOConfig):
                 _fail("maxent_tau", self.maxent_tau, "a number > 0 when maxent_tau_final is set")
             if self.maxent_target_weight_entropy is not None:
                 _fail("maxent_tau_final", self.maxent_tau_final, "None when maxent_target_weight_entropy is set")
+        if self.maxent_mode_probability not in MODE_PROBABILITIES:
+            _fail("maxent_mode_probability", self.maxent_mode_probability, f"one of {MODE_PROBABILITIES}")
+        if self.maxent_mode_probability == "policy" and self.maxent_mode_key is None:
+            _fail(
+                "maxent_mode_probability",
+                self.maxent_mode_probability,
+                "'count' when maxent_mode_key is None (the policy estimate weighs modes)",
+            )
         if not 0 < self.maxent_tau_anneal_fraction <= 1:
             _fail("maxent_tau_anneal_fraction", self.maxent_tau_anneal_fraction, "a number in (0, 1]")
         if self.maxent_target_weight_entropy is not None and self.maxent_target_weight_entropy < 0:

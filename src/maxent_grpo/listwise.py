@@ -16,7 +16,9 @@ from accelerate.utils import gather_object
 
 from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.mode_keys import ModeKey, answer_keys, assign_mode_ids, mode_coverage, resolve_mode_key
+from maxent_grpo.mode_probability import mode_log_probs
 from maxent_grpo.objective import BetaController, TauController, annealed_tau, compute_listwise
+from maxent_grpo.training.sampling_logps import sequence_logps
 
 if TYPE_CHECKING:
     from maxent_grpo.trainer import MaxEntGRPOTrainer
@@ -37,6 +39,7 @@ class ListwiseObjective:
         coverage_threshold: float,
         tau_final: float | None = None,
         anneal_fraction: float = 1.0,
+        mode_probability: str = "count",
     ) -> None:
         self.tau = tau
         self.beta = beta
@@ -47,6 +50,7 @@ class ListwiseObjective:
         self.coverage_threshold = coverage_threshold
         self.tau_final = tau_final
         self.anneal_fraction = anneal_fraction
+        self.mode_probability = mode_probability
         self._kl_values: list[float] = []
 
     @classmethod
@@ -70,6 +74,7 @@ class ListwiseObjective:
             coverage_threshold=args.maxent_mode_coverage_threshold,
             tau_final=args.maxent_tau_final,
             anneal_fraction=args.maxent_tau_anneal_fraction,
+            mode_probability=args.maxent_mode_probability,
         )
 
     def advantages(self, trainer: MaxEntGRPOTrainer, output: dict[str, Any], mode: str) -> torch.Tensor:
@@ -98,12 +103,15 @@ class ListwiseObjective:
 
         keys = None
         mode_ids = None
+        log_mode_prob = None
         if self.mode_key is not None:
             tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
             local_keys = answer_keys(self.mode_key, trainer._last_completion_texts, tokenizer)
             flat_keys = gather_object(local_keys)
             keys = [flat_keys[i : i + group_size] for i in range(0, len(flat_keys), group_size)]
             mode_ids = assign_mode_ids(keys).to(rewards.device)
+            if self.mode_probability == "policy" and mode == "train":
+                log_mode_prob = self._mode_log_probs(trainer, output, mode, mode_ids, valid, group_size)
 
         tau = self.current_tau(trainer)
         result = compute_listwise(
@@ -114,6 +122,7 @@ class ListwiseObjective:
             beta=beta if ref_term is not None else 0.0,
             ref_term=ref_term,
             mode_ids=mode_ids,
+            mode_log_prob=log_mode_prob,
             valid=valid.view(-1, group_size),
         )
         advantages = result.advantages.reshape(-1).to(rewards.device)
@@ -141,6 +150,29 @@ class ListwiseObjective:
         num_local = len(trainer._last_completion_texts)
         start = accelerator.process_index * num_local
         return advantages[start : start + num_local]
+
+    @staticmethod
+    def _mode_log_probs(
+        trainer: MaxEntGRPOTrainer,
+        output: dict[str, Any],
+        mode: str,
+        mode_ids: torch.Tensor,
+        valid: torch.Tensor,
+        group_size: int,
+    ) -> torch.Tensor:
+        """``maxent_mode_probability="policy"`` (training batches only): each candidate's mode probability under the
+        sampling policy, from the gathered batch (a group's distinct completions may sit on several processes)."""
+        accelerator = trainer.accelerator
+        local_logps = sequence_logps(trainer, output, mode)
+        logps = accelerator.gather(local_logps.float()).view(-1, group_size)
+        # A completion's identity is the hash of its token ids (ints hash the same in every process): gathering the
+        # ids themselves would copy every completion to every process.
+        lengths = output["completion_mask"].sum(dim=1).tolist()
+        rows = output["completion_ids"].tolist()
+        local_ids = [hash(tuple(row[: int(length)])) for row, length in zip(rows, lengths, strict=True)]
+        flat_ids = gather_object(local_ids)
+        completions = [flat_ids[i : i + group_size] for i in range(0, len(flat_ids), group_size)]
+        return mode_log_probs(mode_ids, completions, logps.to(mode_ids.device), valid.view(-1, group_size))
 
     def current_tau(self, trainer: MaxEntGRPOTrainer) -> float:
         """The controller's tau, or with ``tau_final`` the anneal from it to ``tau_final``, which takes the first

@@ -30,12 +30,29 @@ which gives mode weights :math:`W_m`; each candidate then gets
 where :math:`n_m` counts the candidates of mode :math:`m`. A correct answer sampled once therefore weighs as
 much as one sampled ten times, and a mode key that puts every candidate in its own mode gives back (1)-(3).
 
-Validity. Candidates marked invalid (dropped rows), or whose reward is not finite, or whose reference term is
-not finite while :math:`\beta > 0`, get weight 0 and advantage 0; the others are normalised among themselves,
-with :math:`G` replaced by the number of valid candidates :math:`G_v` in (1) and (3). A group with no valid
-candidate gets all-zero weights and advantages.
+Importance-corrected mode form. The group is a sample of the sampling policy :math:`\pi`, and (4) treats the share
+:math:`n_m / G` of a mode in the group as its probability under :math:`\pi`. Given instead an estimate
+:math:`\hat p_m` of that probability (``mode_log_prob``), the mode weights become the self-normalised importance
+weights of the target over the group:
 
-Limits. :math:`\tau \to \infty` gives uniform weights (zero advantages); :math:`\tau + \beta = 0` (that is
+.. math::
+
+    W_m \propto W^{(1-2)}_m \, \frac{n_m / G_v}{\hat p_m}                                       \qquad (5)
+
+where :math:`W^{(1-2)}_m` are the mode weights of (1)-(2); :math:`\hat p_m = n_m / G_v` gives back (4). A mode
+the policy has nearly lost (say :math:`\hat p_m = 0.003`) that turns up once in a group of 16 is over-represented
+20-fold and gets that much more of the target, so it is pulled back up while it is still sampled at all; with (4)
+it would get the weight of a mode that holds 1/16 of the policy. With :math:`\tau > 0` the correction applies to
+every mode, wrong ones included (a rare wrong answer is explored, not only penalised); with :math:`\tau = 0` it
+acts among the best modes only.
+
+Validity. Candidates marked invalid (dropped rows), or whose reward is not finite, or whose reference term is
+not finite while :math:`\beta > 0`, or whose ``mode_log_prob`` is not finite, get weight 0 and advantage 0; the
+others are normalised among themselves, with :math:`G` replaced by the number of valid candidates :math:`G_v` in
+(1), (3) and (5). A group with no valid candidate gets all-zero weights and advantages.
+
+Limits. :math:`\tau \to \infty` gives uniform weights (zero advantages; with (5), the weights that undo the
+group's sampling); :math:`\tau + \beta = 0` (that is
 :math:`\tau = 0, \beta = 0`) is computed exactly as the limit :math:`\tau \to 0`: the weight is shared equally by the
 candidates (or modes) with the highest reward. All arithmetic is done in float64 (float32 on Apple MPS, which has
 no float64) in log space (``log_softmax``, ``logaddexp``), so results are finite for rewards of any sign and scale.
@@ -98,7 +115,8 @@ class ListwiseResult:
             group with no valid candidate), invalid entries are 0.
         advantages: ``[num_groups, G]`` advantages ``G_v * w_i - 1`` on valid entries, 0 on invalid ones.
         entropy: ``[num_groups]`` Shannon entropy (nats) of the distribution the entropy term acts on: the mode
-            weights ``W_m`` when mode ids are given, the candidate weights ``w_i`` otherwise. 0 for a group with
+            weights ``W_m`` of (1)-(2) when mode ids are given (before the correction (5)), the candidate weights
+            ``w_i`` otherwise. 0 for a group with
             no valid candidate; average over ``valid.any(-1)`` to report a batch mean.
     """
 
@@ -115,7 +133,7 @@ def _masked_log_softmax(logits: torch.Tensor, valid: torch.Tensor) -> torch.Tens
     return torch.where(valid, torch.log_softmax(masked, dim=-1), -math.inf)
 
 
-def _maxent_weights(
+def _maxent_log_weights(
     rewards: torch.Tensor,
     ref_term: torch.Tensor | None,
     valid: torch.Tensor,
@@ -125,7 +143,7 @@ def _maxent_weights(
     q_epsilon: float,
     beta: float,
 ) -> torch.Tensor:
-    """Equations (1)-(2) row-wise over the valid entries of ``[rows, K]`` tensors; invalid entries get 0."""
+    """Log of equations (1)-(2) row-wise over the valid entries of ``[rows, K]`` tensors; invalid entries get -inf."""
     count = valid.sum(dim=-1, keepdim=True).clamp_min(1).to(rewards.dtype)
     log_p = _masked_log_softmax(rewards / q_temperature, valid)
     log_keep = math.log1p(-q_epsilon)
@@ -138,8 +156,8 @@ def _maxent_weights(
     temperature = tau + beta
     if temperature == 0:
         is_best = shifted == 0
-        return is_best.to(rewards.dtype) / is_best.sum(dim=-1, keepdim=True).clamp_min(1)
-    return _masked_log_softmax(shifted / temperature, valid).exp()
+        return _masked_log_softmax(torch.zeros_like(shifted), is_best)
+    return _masked_log_softmax(shifted / temperature, valid)
 
 
 def weight_entropy(weights: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
@@ -161,6 +179,7 @@ def _validate(
     beta: float,
     ref_term: torch.Tensor | None,
     mode_ids: torch.Tensor | None,
+    mode_log_prob: torch.Tensor | None,
     valid: torch.Tensor | None,
 ) -> None:
     if rewards.dim() != 2:
@@ -173,7 +192,14 @@ def _validate(
     _check_finite("beta", beta, low=0.0)
     if beta > 0 and ref_term is None:
         _fail("ref_term", None, "a [num_groups, G] tensor when beta > 0")
-    for name, tensor in (("ref_term", ref_term), ("mode_ids", mode_ids), ("valid", valid)):
+    if mode_log_prob is not None and mode_ids is None:
+        _fail("mode_log_prob", "a tensor", "None when mode_ids is None (the correction acts on modes)")
+    for name, tensor in (
+        ("ref_term", ref_term),
+        ("mode_ids", mode_ids),
+        ("mode_log_prob", mode_log_prob),
+        ("valid", valid),
+    ):
         if tensor is not None and tensor.shape != rewards.shape:
             _fail(f"{name}.shape", tuple(tensor.shape), f"the shape of rewards {tuple(rewards.shape)}")
     if valid is not None and valid.dtype != torch.bool:
@@ -200,9 +226,10 @@ def compute_listwise(
     beta: float = 0.0,
     ref_term: torch.Tensor | None = None,
     mode_ids: torch.Tensor | None = None,
+    mode_log_prob: torch.Tensor | None = None,
     valid: torch.Tensor | None = None,
 ) -> ListwiseResult:
-    """Listwise MaxEnt weights, advantages and weight entropy of a batch of prompt groups (equations (1)-(4)).
+    """Listwise MaxEnt weights, advantages and weight entropy of a batch of prompt groups (equations (1)-(5)).
 
     Args:
         rewards: ``[num_groups, G]`` rewards; non-finite entries count as invalid.
@@ -214,6 +241,9 @@ def compute_listwise(
             ``beta > 0``; non-finite entries then count as invalid).
         mode_ids: ``[num_groups, G]`` integer mode id per candidate, local to each group, in ``[0, G)``.
             None: candidate form.
+        mode_log_prob: ``[num_groups, G]`` log of the sampling policy's probability of each candidate's mode (the
+            same value for every candidate of a mode), for the importance-corrected mode form (5); needs
+            ``mode_ids``. Non-finite entries count as invalid. None: (4).
         valid: ``[num_groups, G]`` bool mask of usable candidates. None: all candidates are usable.
 
     Returns:
@@ -228,6 +258,7 @@ def compute_listwise(
         beta=beta,
         ref_term=ref_term,
         mode_ids=mode_ids,
+        mode_log_prob=mode_log_prob,
         valid=valid,
     )
     out_dtype = rewards.dtype if rewards.dtype.is_floating_point else torch.float32
@@ -239,11 +270,16 @@ def compute_listwise(
         ref = ref_term.detach().to(device=r.device, dtype=work_dtype)
         ok = ok & torch.isfinite(ref)
         ref = torch.where(ok, ref, 0.0)
+    log_prob = None
+    if mode_log_prob is not None:
+        log_prob = mode_log_prob.detach().to(device=r.device, dtype=work_dtype)
+        ok = ok & torch.isfinite(log_prob)
+        log_prob = torch.where(ok, log_prob, 0.0)
     r = torch.where(ok, r, 0.0)
     settings = {"tau": tau, "q_temperature": q_temperature, "q_epsilon": q_epsilon, "beta": beta}
 
     if mode_ids is None:
-        weights = _maxent_weights(r, ref, ok, **settings)
+        weights = _maxent_log_weights(r, ref, ok, **settings).exp()
         entropy = weight_entropy(weights)
     else:
         num_groups, group_size = r.shape
@@ -262,10 +298,17 @@ def compute_listwise(
         safe_count = mode_count.clamp_min(1)
         mode_reward = segment_sum(r).reshape(num_groups, group_size) / safe_count
         mode_ref = None if ref is None else segment_sum(ref).reshape(num_groups, group_size) / safe_count
-        mode_weights = _maxent_weights(mode_reward, mode_ref, present, **settings)
+        log_mode_weights = _maxent_log_weights(mode_reward, mode_ref, present, **settings)
+        # The entropy is that of the target (1)-(2); (5) only corrects for how the group sampled it.
+        entropy = weight_entropy(log_mode_weights.exp())
+        if log_prob is not None:
+            # (5) in log space: log W + log n_m - log p_m, renormalised over the present modes (G_v cancels).
+            mode_log_p = segment_sum(log_prob).reshape(num_groups, group_size) / safe_count
+            corrected = log_mode_weights + safe_count.log() - mode_log_p
+            log_mode_weights = _masked_log_softmax(corrected, present & torch.isfinite(log_mode_weights))
+        mode_weights = log_mode_weights.exp()
         per_sample = (mode_weights / safe_count).reshape(-1).gather(0, segment).reshape(num_groups, group_size)
         weights = torch.where(ok, per_sample, 0.0)
-        entropy = weight_entropy(mode_weights)
 
     num_valid = ok.sum(dim=-1, keepdim=True).to(work_dtype)
     advantages = torch.where(ok, num_valid * weights - 1.0, 0.0)
@@ -283,6 +326,7 @@ def listwise_weights(
     beta: float = 0.0,
     ref_term: torch.Tensor | None = None,
     mode_ids: torch.Tensor | None = None,
+    mode_log_prob: torch.Tensor | None = None,
     valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``[num_groups, G]`` candidate weights ``w_i`` of [`compute_listwise`] (rows sum to 1 over valid entries)."""
@@ -294,6 +338,7 @@ def listwise_weights(
         beta=beta,
         ref_term=ref_term,
         mode_ids=mode_ids,
+        mode_log_prob=mode_log_prob,
         valid=valid,
     ).weights
 
@@ -307,6 +352,7 @@ def listwise_advantages(
     beta: float = 0.0,
     ref_term: torch.Tensor | None = None,
     mode_ids: torch.Tensor | None = None,
+    mode_log_prob: torch.Tensor | None = None,
     valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``[num_groups, G]`` advantages ``G_v * w_i - 1`` of [`compute_listwise`] (zero-mean over valid entries)."""
@@ -318,6 +364,7 @@ def listwise_advantages(
         beta=beta,
         ref_term=ref_term,
         mode_ids=mode_ids,
+        mode_log_prob=mode_log_prob,
         valid=valid,
     ).advantages
 

@@ -61,6 +61,7 @@ def main() -> None:
         generation_max_consecutive_empty_batches=4,
         maxent_objective="listwise" if mode == "faults" else "grpo",
         maxent_mode_key="first_token" if mode == "faults" else None,
+        maxent_mode_probability="policy" if mode == "faults" else "count",
         dynamic_sampling=mode in ("dynamic", "one_rank_faults"),
         dynamic_sampling_max_rounds=12,
         gradient_accumulation_steps=2 if mode == "one_rank_faults" else 1,

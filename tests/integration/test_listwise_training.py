@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 from datasets import Dataset
+from transformers import AutoModelForCausalLM
 
 from maxent_grpo import Completion, MaxEntGRPOTrainer
 from maxent_grpo.rewards import vowel_start_reward
@@ -234,3 +235,47 @@ def test_masked_truncated_completions_are_no_candidates(tmp_path, tiny_model_dir
     assert (groups[:, 0] == 0).all()
     assert (groups[:, 2] > 1.5).all() and (groups[:, [1, 3]] < 0).all()
     assert groups.sum(dim=1).abs().max().item() < 1e-4
+
+
+def _completion_logp(model, prompt_ids: list[int], completion_ids: list[int]) -> float:
+    """log pi(completion | prompt) at temperature 1, from the model's own forward pass."""
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        logps = torch.log_softmax(model(input_ids=ids).logits[0].double(), dim=-1)
+    start = len(prompt_ids)
+    return sum(logps[start - 1 + i, token].item() for i, token in enumerate(completion_ids))
+
+
+def test_policy_mode_probability_weighs_modes_by_their_sampled_completions(tmp_path, tiny_model_dir):
+    trainer = _one_listwise_step(
+        tmp_path,
+        tiny_model_dir,
+        vowel_start_reward,
+        PrefixedVowelBackend,
+        num_generations=8,
+        maxent_tau=0.0,
+        maxent_mode_key="first_token",
+        maxent_mode_probability="policy",
+        bf16=False,
+    )
+    (advantages,) = trainer.recorded
+    # Expected from the saved (untrained) model: p_m sums the probabilities of the mode's distinct completions
+    # ("a" is spelled five times, four of them distinct; "e" three times), and tau = 0 gives (5):
+    # W_m ∝ n_m / p_m, w_i = W_m / n_m.
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    tokenizer = trainer.processing_class
+    prompt_ids = tokenizer("pick a vowel:")["input_ids"]
+    backend = PrefixedVowelBackend(tokenizer)
+    (group,) = backend.generate(["pick a vowel:"], [8])
+    distinct = {tuple(c.completion_ids): c.text.strip() for c in group}
+    p = {"a": 0.0, "e": 0.0}
+    for ids, answer in distinct.items():
+        p[answer] += math.exp(_completion_logp(model, prompt_ids, list(ids)))
+    n = {"a": 5, "e": 3}
+    weight = {m: n[m] / p[m] for m in p}
+    total = sum(weight.values())
+    expected = [8 * weight[c.text.strip()] / total / n[c.text.strip()] - 1 for c in group]
+    torch.testing.assert_close(advantages, torch.tensor(expected, dtype=advantages.dtype), atol=1e-4, rtol=1e-4)
+    assert len(distinct) == 7
+    count_form = torch.tensor([8 * 0.5 / n[c.text.strip()] - 1 for c in group], dtype=advantages.dtype)
+    assert (advantages - count_form).abs().max().item() > 0.05  # the correction moved the weights

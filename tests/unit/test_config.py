@@ -31,6 +31,7 @@ BASE = {"output_dir": "unused", "use_cpu": True, "report_to": "none", "per_devic
         ("maxent_tau_anneal_fraction", 0.0, "maxent_tau_anneal_fraction=0.0 is invalid: expected a number in (0, 1]"),
         ("maxent_tau_anneal_fraction", 1.5, "a number in (0, 1]"),
         ("maxent_mode_key", "nope", "maxent_mode_key='nope' is invalid"),
+        ("maxent_mode_probability", "exact", "maxent_mode_probability='exact' is invalid: expected one of ('count'"),
         ("maxent_mode_key", "no_such_module_xyz:f", "maxent_mode_key='no_such_module_xyz:f' is invalid"),
         ("kl_horizon", 0, "kl_horizon=0 is invalid"),
         ("kl_ctl_step_size", 1.5, "a number in (0, 1]"),
@@ -62,6 +63,8 @@ def test_cross_field_rules():
         MaxEntGRPOConfig(**BASE, maxent_tau=0.0, maxent_tau_final=0.1)
     with pytest.raises(ValueError, match=r"maxent_tau_final=0.1 is invalid.*maxent_target_weight_entropy"):
         MaxEntGRPOConfig(**BASE, maxent_tau_final=0.1, maxent_target_weight_entropy=1.0)
+    with pytest.raises(ValueError, match=r"maxent_mode_probability='policy' is invalid: expected 'count' when maxent"):
+        MaxEntGRPOConfig(**BASE, maxent_mode_probability="policy")
 
 
 def test_good_values_pass():

@@ -215,6 +215,63 @@ def test_singleton_modes_reproduce_the_candidate_form() -> None:
         torch.testing.assert_close(modes.entropy, candidate.entropy, atol=1e-12, rtol=0)
 
 
+def test_policy_probabilities_pull_a_rare_sampled_mode_up() -> None:
+    # tau = 0, modes: "a" 10 times (p = 0.9), "b" once (p = 0.003), "c" wrong once (p = 0.001).
+    # (5): W ∝ [0.5 * 10 / 0.9, 0.5 * 1 / 0.003, 0] (the count estimate would give [0.5, 0.5, 0]).
+    rewards = t([[1.0] * 11 + [0.0]])
+    mode_ids = torch.tensor([[0] * 10 + [1, 2]])
+    mode_log_prob = t([[math.log(0.9)] * 10 + [math.log(0.003), math.log(0.001)]])
+    result = compute_listwise(
+        rewards, tau=0.0, q_temperature=1.0, q_epsilon=0.0, mode_ids=mode_ids, mode_log_prob=mode_log_prob
+    )
+    w_a, w_b = 10 / 0.9, 1 / 0.003
+    z = w_a + w_b
+    close(result.weights, [[w_a / z / 10] * 10 + [w_b / z, 0.0]])
+    close(result.advantages, [[12 * w_a / z / 10 - 1] * 10 + [12 * w_b / z - 1, -1.0]])
+    close(result.entropy, [math.log(2)])  # of the target (1)-(2): uniform over the two correct modes
+
+
+def test_policy_probabilities_with_tau_weigh_every_mode() -> None:
+    # tau = 1, T_q = 1: W^(1-2) = softmax([1, 0]) over modes {0, 1}; (5) multiplies by n_m / p_m = [2 / 0.5, 1 / 0.01].
+    result = compute_listwise(
+        t([[1.0, 1.0, 0.0]]),
+        tau=1.0,
+        q_temperature=1.0,
+        q_epsilon=0.0,
+        mode_ids=torch.tensor([[0, 0, 1]]),
+        mode_log_prob=t([[math.log(0.5), math.log(0.5), math.log(0.01)]]),
+    )
+    w0, w1 = E / (E + 1) * 4, 1 / (E + 1) * 100
+    close(result.weights, [[w0 / (w0 + w1) / 2] * 2 + [w1 / (w0 + w1)]])
+
+
+def test_policy_correction_is_taken_in_log_space() -> None:
+    # tau = 1/800: the wrong mode's target weight is e^-800 (0 as a float64), but the group sampled the right one
+    # with probability 1 and the wrong one with e^-5000, so (5) gives the wrong mode nearly all of the weight.
+    result = compute_listwise(
+        t([[1.0, 0.0]]),
+        tau=1 / 800,
+        q_temperature=1.0,
+        q_epsilon=0.0,
+        mode_ids=torch.tensor([[0, 1]]),
+        mode_log_prob=t([[0.0, -5000.0]]),
+    )
+    close(result.weights, [[0.0, 1.0]])
+
+
+def test_non_finite_mode_log_prob_is_invalid() -> None:
+    result = compute_listwise(
+        t([[1.0, 1.0, 0.0, 1.0]]),
+        tau=0.0,
+        q_temperature=1.0,
+        q_epsilon=0.0,
+        mode_ids=torch.tensor([[0, 0, 1, 2]]),
+        mode_log_prob=t([[-1.0, -1.0, -2.0, -math.inf]]),
+    )
+    close(result.weights, [[0.5, 0.5, 0.0, 0.0]])
+    close(result.advantages, [[0.5, 0.5, -1.0, 0.0]])
+
+
 # --- entropy, dtypes, validation -------------------------------------------------------------------------------------
 
 
@@ -249,6 +306,11 @@ def test_output_dtype_and_frozen_targets() -> None:
         ({"mode_ids": torch.tensor([[0, 1, 3], [0, 0, 0]])}, "mode_ids"),
         ({"mode_ids": torch.zeros(2, 3)}, r"mode_ids\.dtype"),
         ({"rewards": torch.zeros(3)}, "rewards"),
+        ({"mode_log_prob": torch.zeros(2, 3)}, "mode_log_prob"),
+        (
+            {"mode_ids": torch.zeros(2, 3, dtype=torch.long), "mode_log_prob": torch.zeros(3, 2)},
+            r"mode_log_prob\.shape",
+        ),
     ],
 )
 def test_invalid_arguments_name_the_argument(kwargs: dict[str, object], name: str) -> None:
@@ -289,6 +351,8 @@ def listwise_cases(draw: st.DrawFn, with_modes: bool = False) -> dict[str, objec
     mode_ids = draw(mode_table if with_modes else st.none() | mode_table)
     beta = draw(st.sampled_from([0.0, 0.1, 2.0]))
     ref_rows = draw(table(st.floats(-50.0, 0.0)))
+    # The policy's mode log-probabilities (per candidate; a mode's candidates need not agree: the mean is used).
+    log_prob_rows = draw(st.none() | table(st.floats(-700.0, 0.0))) if mode_ids is not None else None
     return {
         "rewards": t(rows),
         "tau": draw(st.sampled_from([0.0, 1e-6, 0.1, 1.0, 30.0, math.inf])),
@@ -298,6 +362,7 @@ def listwise_cases(draw: st.DrawFn, with_modes: bool = False) -> dict[str, objec
         "ref_term": t(ref_rows) if beta > 0 else None,
         "valid": None if valid is None else torch.tensor(valid, dtype=torch.bool),
         "mode_ids": None if mode_ids is None else torch.tensor(mode_ids, dtype=torch.long),
+        "mode_log_prob": None if log_prob_rows is None else t(log_prob_rows),
     }
 
 
@@ -334,6 +399,27 @@ def test_candidates_of_one_mode_share_its_weight_equally(case: dict[str, object]
     same_mode = (mode_ids.unsqueeze(-1) == mode_ids.unsqueeze(-2)) & valid.unsqueeze(-1) & valid.unsqueeze(-2)
     difference = (result.weights.unsqueeze(-1) - result.weights.unsqueeze(-2)).abs()
     assert (difference[same_mode] <= 1e-12).all()
+
+
+def _count_log_prob(mode_ids: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """log(n_m / G_v) per candidate: the count estimate, with which (5) is (4)."""
+    usable = torch.ones_like(mode_ids, dtype=torch.bool) if valid is None else valid
+    same = (mode_ids.unsqueeze(-1) == mode_ids.unsqueeze(-2)) & usable.unsqueeze(-2)
+    counts = same.sum(-1).clamp_min(1).double()
+    return torch.log(counts / usable.sum(-1, keepdim=True).clamp_min(1).double())
+
+
+@settings(max_examples=50, deadline=None)
+@given(listwise_cases(with_modes=True))
+def test_count_probabilities_give_back_the_mode_form(case: dict[str, object]) -> None:
+    mode_ids, valid = case["mode_ids"], case["valid"]
+    assert isinstance(mode_ids, torch.Tensor)
+    assert valid is None or isinstance(valid, torch.Tensor)
+    plain = compute_listwise(**{**case, "mode_log_prob": None})  # type: ignore[arg-type]
+    counted = {**case, "mode_log_prob": _count_log_prob(mode_ids, valid)}
+    corrected = compute_listwise(**counted)  # type: ignore[arg-type]
+    torch.testing.assert_close(corrected.weights, plain.weights, atol=1e-9, rtol=0)
+    torch.testing.assert_close(corrected.advantages, plain.advantages, atol=1e-8, rtol=0)
 
 
 # --- tau controller --------------------------------------------------------------------------------------------------

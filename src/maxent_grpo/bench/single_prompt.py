@@ -28,6 +28,17 @@ from maxent_grpo.trainer import MaxEntGRPOTrainer
 #: The compared methods, in the order runs are interleaved per seed: stock TRL GRPO, then MaxEnt listwise.
 METHODS = ("grpo", "maxent")
 
+#: The MaxEnt settings every single-prompt benchmark shares (no per-task tuning): tau annealed geometrically from 0.25
+#: to 0.003 over the whole run, reward softmax at temperature 1 without smoothing. Each task adds its mode key and,
+#: by the rule of `maxent_mode_probability`, "policy" when an answer is one whole completion, else "count".
+MAXENT_SCHEDULE = {
+    "maxent_tau": 0.25,
+    "maxent_tau_final": 0.003,
+    "maxent_tau_anneal_fraction": 1.0,
+    "maxent_q_temperature": 1.0,
+    "maxent_q_epsilon": 0.0,
+}
+
 
 def add_run_arguments(parser: argparse.ArgumentParser, maxent_help: str) -> None:
     """The command-line options every single-prompt benchmark has: ``--steps``, ``--seeds`` and ``--maxent``."""
