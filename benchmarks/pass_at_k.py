@@ -11,9 +11,9 @@ Per seed the same initialisation is trained by stock TRL `GRPOTrainer` and by `M
 over the whole run, ``maxent_q_temperature=1``, ``maxent_q_epsilon=0``) and ``maxent_mode_probability="policy"``
 (an answer is the whole completion, so the policy's probability of it is exact), unless ``--maxent FIELD=VALUE``
 overrides a field (for example ``--maxent maxent_mode_probability=count``, or ``--maxent maxent_tau=0.5 --maxent
-maxent_tau_final=null`` for a fixed tau). Both use one group of 16 completions per step, learning rate 3e-3 with TRL's default linear decay, beta
-0, sampling temperature 1.0. Runs are interleaved (seed 0 GRPO, seed 0 MaxEnt, seed 1 GRPO, ...) in one process so
-machine drift hits both.
+maxent_tau_final=null`` for a fixed tau). Both use one group of 16 completions per step, learning rate 3e-3 with
+TRL's default linear decay, beta 0, sampling temperature 1.0. Runs are interleaved (seed 0 GRPO, seed 0 MaxEnt, seed 1
+GRPO, ...) in one process so machine drift hits both.
 
 After training, ``--samples`` (n, default 256) answers are sampled from each model; with c of them correct the script
 reports pass@k = 1 - C(n - c, k) / C(n, k) (the unbiased estimator of Chen et al. 2021, `maxent_grpo.pass_at_k`) for
