@@ -33,7 +33,13 @@ class EvenPromptsConstantReward(AlignmentReward):
 
 
 class RecordingTrainer(MaxEntGRPOTrainer):
-    """Records, per generation batch, the local and global keep masks this process computed."""
+    """Records, per generation batch, the local and global keep masks this process computed, and the advantages of
+    its rows."""
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.advantages.append(output["advantages"].tolist())
+        return output
 
     def _generate(self, prompts):
         calls_before = len(self.generation_backend.calls)
@@ -60,7 +66,9 @@ def main() -> None:
         generation_max_retries=0 if mode == "straddle" else 2,
         generation_max_consecutive_empty_batches=4,
         maxent_objective="listwise" if mode == "faults" else "grpo",
-        maxent_mode_key="first_token" if mode == "faults" else None,
+        # The tagged completions "p<i>|<n>" of a group are mostly distinct answers: several modes per group, so the
+        # policy correction (an extra forward, gathered log-probs and completion hashes) shapes the advantages.
+        maxent_mode_key="last_line" if mode == "faults" else None,
         maxent_mode_probability="policy" if mode == "faults" else "count",
         dynamic_sampling=mode in ("dynamic", "one_rank_faults"),
         dynamic_sampling_max_rounds=12,
@@ -99,6 +107,7 @@ def main() -> None:
         )
     trainer.generation_backend = backend
     trainer.records = []
+    trainer.advantages = []
     trainer.train()
     checksum = sum(p.detach().double().sum().item() for p in trainer.model.parameters())
     logs = [
@@ -109,6 +118,7 @@ def main() -> None:
         "rank": rank,
         "world_size": trainer.accelerator.num_processes,
         "records": trainer.records,
+        "advantages": trainer.advantages,
         "rows_seen": reward.rows_seen,
         "checksum": checksum,
         "logs": logs,

@@ -74,6 +74,15 @@ def test_random_faults_listwise_two_processes(tmp_path):
     logs = [e for e in rank0["logs"] if "generation/retried_prompts" in e]
     assert sum(e["generation/retried_prompts"] for e in logs) > 0
     assert all("maxent/tau" in e for e in logs)
+    # Both processes weighed every group alike (policy mode probabilities from the gathered batch): each group's
+    # advantages, the straddling group's halves included, sum to zero; dropped rows have none.
+    batches = list(zip(rank0["advantages"], rank1["advantages"], rank0["records"], strict=True))
+    for local0, local1, record in batches:
+        advantages = local0 + local1
+        assert all(a == 0 for a, kept in zip(advantages, record["global_keep"], strict=True) if not kept)
+        for start in range(0, 12, 4):
+            assert sum(advantages[start : start + 4]) == pytest.approx(0.0, abs=1e-5)
+    assert any(abs(a) > 1e-3 for local0, local1, _ in batches for a in local0 + local1)
 
 
 def test_dynamic_sampling_two_processes(tmp_path):
