@@ -152,9 +152,11 @@ class MaxEntGRPOConfig(GRPOConfig):
             "(needs maxent_mode_key). 'count': its share of the group, so every sampled mode is weighted by its "
             "target alone. 'policy': the policy's probability of the mode's distinct sampled completions, and "
             "modes the group over-represents (a nearly lost answer that turned up) get proportionally more weight "
-            "(importance correction); this keeps rare correct answers alive. Exact when each answer is one short "
-            "completion; for long reasoning completions (many paths per answer) keep 'count'. Costs one forward "
-            "pass per training rollout batch unless TRL computed old_per_token_logps."
+            "(importance correction); this keeps rare correct answers alive. It pulls rare wrong answers up too "
+            "while tau gives them weight, so anneal tau to near 0 (maxent_tau_final). Exact when each answer is one "
+            "short completion; for long reasoning completions (many paths per answer) keep 'count'. Costs one "
+            "forward pass per training rollout batch unless TRL computed old_per_token_logps (noisy with dropout "
+            "on: set disable_dropout)."
         },
     )
     maxent_mode_coverage_threshold: float = field(

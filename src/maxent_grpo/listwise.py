@@ -8,6 +8,7 @@ advantage 0).
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,11 @@ from maxent_grpo.training.sampling_logps import sequence_logps
 
 if TYPE_CHECKING:
     from maxent_grpo.trainer import MaxEntGRPOTrainer
+
+logger = logging.getLogger(__name__)
+
+#: A fixed tau above this, with the policy mode probabilities, draws a warning (see `from_config`).
+POLICY_TAU_WARNING = 0.05
 
 
 class ListwiseObjective:
@@ -55,6 +61,13 @@ class ListwiseObjective:
 
     @classmethod
     def from_config(cls, args: MaxEntGRPOConfig) -> ListwiseObjective:
+        fixed_tau = args.maxent_tau_final is None and args.maxent_target_weight_entropy is None
+        if args.maxent_mode_probability == "policy" and fixed_tau and args.maxent_tau > POLICY_TAU_WARNING:
+            logger.warning(
+                "maxent_mode_probability='policy' with a fixed maxent_tau=%s: the correction also pulls rare wrong "
+                "answers up while tau gives them weight; anneal tau to near 0 with maxent_tau_final.",
+                args.maxent_tau,
+            )
         tau = TauController(
             args.maxent_tau,
             args.maxent_target_weight_entropy,

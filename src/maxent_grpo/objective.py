@@ -303,7 +303,9 @@ def compute_listwise(
         entropy = weight_entropy(log_mode_weights.exp())
         if log_prob is not None:
             # (5) in log space: log W + log n_m - log p_m, renormalised over the present modes (G_v cancels).
-            mode_log_p = segment_sum(log_prob).reshape(num_groups, group_size) / safe_count
+            # Mean per mode, each entry divided by its mode's count first so the sum cannot overflow.
+            candidate_count = safe_count.reshape(-1).gather(0, segment).reshape(num_groups, group_size)
+            mode_log_p = segment_sum(log_prob / candidate_count).reshape(num_groups, group_size)
             corrected = log_mode_weights + safe_count.log() - mode_log_p
             log_mode_weights = _masked_log_softmax(corrected, present & torch.isfinite(log_mode_weights))
         mode_weights = log_mode_weights.exp()

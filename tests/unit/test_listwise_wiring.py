@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.listwise import ListwiseObjective
 from maxent_grpo.objective import BetaController, TauController
 
@@ -97,3 +98,20 @@ def test_kl_values_are_kept_only_for_the_beta_controller() -> None:
     adaptive.advantages(trainer, output, "train")
     assert adaptive._kl_values == []
     assert trainer.beta > 0.1  # the measured KL was above target
+
+
+@pytest.mark.parametrize(
+    ("settings", "warns"),
+    [
+        ({"maxent_tau": 0.25}, True),
+        ({"maxent_tau": 0.05}, False),
+        ({"maxent_tau": 0.25, "maxent_tau_final": 0.003}, False),
+        ({"maxent_tau": 0.25, "maxent_mode_probability": "count"}, False),
+    ],
+)
+def test_policy_mode_probability_with_a_fixed_tau_warns(tmp_path, caplog, settings, warns) -> None:
+    fields = {"maxent_objective": "listwise", "maxent_mode_key": "last_line", "maxent_mode_probability": "policy"}
+    args = MaxEntGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **{**fields, **settings})
+    with caplog.at_level("WARNING", logger="maxent_grpo.listwise"):
+        ListwiseObjective.from_config(args)
+    assert ("anneal tau to near 0" in caplog.text) is warns

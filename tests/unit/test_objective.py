@@ -259,6 +259,20 @@ def test_policy_correction_is_taken_in_log_space() -> None:
     close(result.weights, [[0.0, 1.0]])
 
 
+def test_mode_log_prob_mean_does_not_overflow() -> None:
+    # Two candidates of mode 0 at -1e308 each: their sum would overflow to -inf, their mean does not.
+    result = compute_listwise(
+        t([[1.0, 1.0, 1.0]]),
+        tau=0.0,
+        q_temperature=1.0,
+        q_epsilon=0.0,
+        mode_ids=torch.tensor([[0, 0, 1]]),
+        mode_log_prob=t([[-1e308, -1e308, -1.0]]),
+    )
+    assert torch.isfinite(result.advantages).all()
+    close(result.weights, [[0.5, 0.5, 0.0]])
+
+
 def test_non_finite_mode_log_prob_is_invalid() -> None:
     result = compute_listwise(
         t([[1.0, 1.0, 0.0, 1.0]]),
