@@ -86,16 +86,22 @@ def _one_listwise_step(tmp_path, model_dir, reward, backend_class, **config) -> 
     return trainer
 
 
-def test_special_token_and_space_prefixes_do_not_make_new_modes(tmp_path, tiny_model_dir):
-    trainer = _one_listwise_step(
+def _prefixed_vowel_step(tmp_path, model_dir, **config) -> AdvantageRecorder:
+    """One listwise step at tau = 0 with `first_token` modes over the spellings of `PrefixedVowelBackend`."""
+    return _one_listwise_step(
         tmp_path,
-        tiny_model_dir,
+        model_dir,
         vowel_start_reward,
         PrefixedVowelBackend,
         num_generations=8,
         maxent_tau=0.0,
         maxent_mode_key="first_token",
+        **config,
     )
+
+
+def test_special_token_and_space_prefixes_do_not_make_new_modes(tmp_path, tiny_model_dir):
+    trainer = _prefixed_vowel_step(tmp_path, tiny_model_dir)
     assert _history(trainer, "maxent/mode_coverage") == [(1, 2.0)]
     # tau = 0: the two answers share the weight equally, 1/2 over five "a" rows and 1/2 over three "e" rows.
     (advantages,) = trainer.recorded
@@ -247,17 +253,7 @@ def _completion_logp(model, prompt_ids: list[int], completion_ids: list[int]) ->
 
 
 def test_policy_mode_probability_weighs_modes_by_their_sampled_completions(tmp_path, tiny_model_dir):
-    trainer = _one_listwise_step(
-        tmp_path,
-        tiny_model_dir,
-        vowel_start_reward,
-        PrefixedVowelBackend,
-        num_generations=8,
-        maxent_tau=0.0,
-        maxent_mode_key="first_token",
-        maxent_mode_probability="policy",
-        bf16=False,
-    )
+    trainer = _prefixed_vowel_step(tmp_path, tiny_model_dir, maxent_mode_probability="policy", bf16=False)
     (advantages,) = trainer.recorded
     # Expected from the saved (untrained) model: p_m sums the probabilities of the mode's distinct completions
     # ("a" is spelled five times, four of them distinct; "e" three times), and tau = 0 gives (5):
