@@ -26,6 +26,7 @@ class AdvantageRecorder(MaxEntGRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         self.recorded.append(output["advantages"].clone())
+        self.had_old_logps = "old_per_token_logps" in output
         return output
 
 
@@ -252,9 +253,21 @@ def _completion_logp(model, prompt_ids: list[int], completion_ids: list[int]) ->
     return sum(logps[start - 1 + i, token].item() for i, token in enumerate(completion_ids))
 
 
-def test_policy_mode_probability_weighs_modes_by_their_sampled_completions(tmp_path, tiny_model_dir):
-    trainer = _prefixed_vowel_step(tmp_path, tiny_model_dir, maxent_mode_probability="policy", bf16=False)
+@pytest.mark.parametrize("steps_per_generation", [1, 2])
+def test_policy_mode_probability_weighs_modes_by_their_sampled_completions(
+    tmp_path, tiny_model_dir, steps_per_generation
+):
+    # steps_per_generation=2: two groups per generation batch, and TRL computes old_per_token_logps (the batch is
+    # trained over two micro-steps), which the estimate then uses instead of its own forward.
+    trainer = _prefixed_vowel_step(
+        tmp_path,
+        tiny_model_dir,
+        maxent_mode_probability="policy",
+        bf16=False,
+        steps_per_generation=steps_per_generation,
+    )
     (advantages,) = trainer.recorded
+    assert trainer.had_old_logps is (steps_per_generation == 2)
     # Expected from the saved (untrained) model: p_m sums the probabilities of the mode's distinct completions
     # ("a" is spelled five times, four of them distinct; "e" three times), and tau = 0 gives (5):
     # W_m ∝ n_m / p_m, w_i = W_m / n_m.
@@ -270,8 +283,9 @@ def test_policy_mode_probability_weighs_modes_by_their_sampled_completions(tmp_p
     n = {"a": 5, "e": 3}
     weight = {m: n[m] / p[m] for m in p}
     total = sum(weight.values())
-    expected = [8 * weight[c.text.strip()] / total / n[c.text.strip()] - 1 for c in group]
+    expected = [8 * weight[c.text.strip()] / total / n[c.text.strip()] - 1 for c in group] * steps_per_generation
     torch.testing.assert_close(advantages, torch.tensor(expected, dtype=advantages.dtype), atol=1e-4, rtol=1e-4)
     assert len(distinct) == 7
-    count_form = torch.tensor([8 * 0.5 / n[c.text.strip()] - 1 for c in group], dtype=advantages.dtype)
+    count_form = [8 * 0.5 / n[c.text.strip()] - 1 for c in group] * steps_per_generation
+    count_form = torch.tensor(count_form, dtype=advantages.dtype)
     assert (advantages - count_form).abs().max().item() > 0.05  # the correction moved the weights
