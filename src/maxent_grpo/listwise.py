@@ -30,6 +30,12 @@ logger = logging.getLogger(__name__)
 POLICY_TAU_WARNING = 0.05
 
 
+def _gathered_groups(local: list[Any], group_size: int) -> list[list[Any]]:
+    """Every process's ``local`` values, gathered in process order and cut into prompt groups of ``group_size``."""
+    flat = gather_object(local)
+    return [flat[i : i + group_size] for i in range(0, len(flat), group_size)]
+
+
 class ListwiseObjective:
     """Listwise advantages plus the tau and beta controllers of one training run."""
 
@@ -120,11 +126,10 @@ class ListwiseObjective:
         if self.mode_key is not None:
             tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
             local_keys = answer_keys(self.mode_key, trainer._last_completion_texts, tokenizer)
-            flat_keys = gather_object(local_keys)
-            keys = [flat_keys[i : i + group_size] for i in range(0, len(flat_keys), group_size)]
+            keys = _gathered_groups(local_keys, group_size)
             mode_ids = assign_mode_ids(keys).to(rewards.device)
             if self.mode_probability == "policy" and mode == "train":
-                log_mode_prob = self._mode_log_probs(trainer, output, mode, mode_ids, valid, group_size)
+                log_mode_prob = self._mode_log_probs(trainer, output, mode_ids, valid, group_size)
 
         tau = self.current_tau(trainer)
         result = compute_listwise(
@@ -168,7 +173,6 @@ class ListwiseObjective:
     def _mode_log_probs(
         trainer: MaxEntGRPOTrainer,
         output: dict[str, Any],
-        mode: str,
         mode_ids: torch.Tensor,
         valid: torch.Tensor,
         group_size: int,
@@ -176,15 +180,14 @@ class ListwiseObjective:
         """``maxent_mode_probability="policy"`` (training batches only): each candidate's mode probability under the
         sampling policy, from the gathered batch (a group's distinct completions may sit on several processes)."""
         accelerator = trainer.accelerator
-        local_logps = sequence_logps(trainer, output, mode)
+        local_logps = sequence_logps(trainer, output)
         logps = accelerator.gather(local_logps.float()).view(-1, group_size)
         # A completion's identity is the hash of its token ids (ints hash the same in every process): gathering the
         # ids themselves would copy every completion to every process.
         lengths = output["completion_mask"].sum(dim=1).tolist()
         rows = output["completion_ids"].tolist()
         local_ids = [hash(tuple(row[: int(length)])) for row, length in zip(rows, lengths, strict=True)]
-        flat_ids = gather_object(local_ids)
-        completions = [flat_ids[i : i + group_size] for i in range(0, len(flat_ids), group_size)]
+        completions = _gathered_groups(local_ids, group_size)
         return mode_log_probs(mode_ids, completions, logps.to(mode_ids.device), valid.view(-1, group_size))
 
     def current_tau(self, trainer: MaxEntGRPOTrainer) -> float:

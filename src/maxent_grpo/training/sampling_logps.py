@@ -37,34 +37,34 @@ _FORWARD_KEYS = (
 )
 
 
-def sequence_logps(trainer: MaxEntGRPOTrainer, output: dict[str, Any], mode: str) -> torch.Tensor:
-    """``[B]`` summed log-prob (at the sampling temperature) of this process's completions under the sampling policy.
+def sequence_logps(trainer: MaxEntGRPOTrainer, output: dict[str, Any]) -> torch.Tensor:
+    """``[B]`` summed log-prob (at the sampling temperature) of this process's completions of a training batch under
+    the sampling policy.
 
     Tokens outside ``completion_mask`` (and ``tool_mask``: tool output is not sampled) do not count; a non-finite
     log-prob of a counted token makes the completion's sum non-finite.
     """
     per_token = output.get("old_per_token_logps")
     if per_token is None:
-        per_token = _policy_per_token_logps(trainer, output, mode)
+        per_token = _policy_per_token_logps(trainer, output)
     mask = (output["completion_mask"] * output.get("tool_mask", 1)).bool()
     # A non-finite log-prob on a counted token makes the sum non-finite: that completion gets no estimate.
     return torch.where(mask, per_token.float(), 0.0).sum(dim=1)
 
 
 @torch.no_grad()
-def _policy_per_token_logps(trainer: MaxEntGRPOTrainer, output: dict[str, Any], mode: str) -> torch.Tensor:
+def _policy_per_token_logps(trainer: MaxEntGRPOTrainer, output: dict[str, Any]) -> torch.Tensor:
     completion_ids = output["completion_ids"]
     input_ids = torch.cat([output["prompt_ids"], completion_ids], dim=1)
     attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
     args = trainer.args
-    batch_size = args.per_device_train_batch_size if mode == "train" else args.per_device_eval_batch_size
     with disable_gradient_checkpointing(trainer.model, args.gradient_checkpointing_kwargs):
         per_token, _, _ = trainer._get_per_token_logps_and_entropies(
             trainer.model,
             input_ids,
             attention_mask,
             completion_ids.size(1),
-            batch_size=batch_size,
+            batch_size=args.per_device_train_batch_size,
             **{key: output[key] for key in _FORWARD_KEYS if key in output},
         )
     return per_token
