@@ -61,9 +61,11 @@ from maxent_grpo.bench.output import add_output_arguments
 from maxent_grpo.bench.single_prompt import (
     MAXENT_SCHEDULE,
     METHODS,
+    SMOOTHING_WINDOW,
     SinglePromptTask,
     StepRecorder,
     add_run_arguments,
+    smooth,
 )
 from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
 
@@ -78,7 +80,6 @@ TASK = SinglePromptTask(
 VOWEL_SET = frozenset(VOWELS)
 LABELS = {"grpo": "GRPO (stock TRL)", "maxent": "MaxEnt listwise (first_token modes)"}
 COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "mode_coverage"
-SMOOTHING_WINDOW = 10
 
 
 def first_characters(completions: Sequence[Any]) -> list[str]:
@@ -110,11 +111,6 @@ def evaluate(answers: Sequence[str]) -> dict[str, Any]:
         "normalized_entropy": normalized_vowel_entropy(characters),
         "vowel_counts": {v: counts.get(v, 0) for v in VOWELS},
     }
-
-
-def smooth(values: Sequence[float], window: int) -> list[float]:
-    """Trailing moving average over up to ``window`` values."""
-    return [statistics.fmean(values[max(0, i + 1 - window) : i + 1]) for i in range(len(values))]
 
 
 def plot_curves(curves: dict[str, dict[str, list[list[float]]]], path: Path) -> None:

@@ -54,9 +54,11 @@ from maxent_grpo.bench.output import add_output_arguments
 from maxent_grpo.bench.single_prompt import (
     MAXENT_SCHEDULE,
     METHODS,
+    SMOOTHING_WINDOW,
     SinglePromptTask,
     StepRecorder,
     add_run_arguments,
+    smooth,
 )
 from maxent_grpo.pass_at_k import pass_at_k
 from maxent_grpo.rewards import completion_text
@@ -73,7 +75,6 @@ CORRECT = frozenset(f"{a}{10 - a}" for a in range(1, 10))
 LABELS = {"grpo": "GRPO (stock TRL)", "maxent": "MaxEnt listwise (last_line modes)"}
 COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "pass_at_k"
 KS = (1, 2, 4, 8, 16, 32, 64)
-SMOOTHING_WINDOW = 10
 
 
 def digit_pair_reward(completions: list, **kwargs: Any) -> list[float]:
@@ -99,11 +100,6 @@ def evaluate(answers: Sequence[str]) -> dict[str, Any]:
         "distinct_correct": len(counts),
         "normalized_entropy": entropy / math.log(len(CORRECT)),
     }
-
-
-def smooth(values: Sequence[float], window: int) -> list[float]:
-    """Trailing moving average over up to ``window`` values."""
-    return [statistics.fmean(values[max(0, i + 1 - window) : i + 1]) for i in range(len(values))]
 
 
 def plot(curves: dict[str, list[list[float]]], runs: list[dict[str, Any]], path: Path) -> None:

@@ -36,3 +36,10 @@ def test_step_recorder_records_mean_reward_and_group_metrics() -> None:
     assert recorder(["a", "a"]) == [1.0, 1.0]
     assert recorder.rewards == [0.5, 1.0]
     assert recorder.metrics == {"distinct": [3.0, 1.0]}
+
+
+def test_smooth_is_a_trailing_moving_average() -> None:
+    from maxent_grpo.bench.single_prompt import smooth
+
+    assert smooth([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
+    assert smooth([], 3) == []

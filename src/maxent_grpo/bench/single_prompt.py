@@ -12,7 +12,7 @@ import argparse
 import json
 import statistics
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,15 @@ MAXENT_SCHEDULE = {
     "maxent_q_temperature": 1.0,
     "maxent_q_epsilon": 0.0,
 }
+
+
+#: Steps of the trailing moving average the benchmarks' reward curves are drawn with (and summarised over).
+SMOOTHING_WINDOW = 10
+
+
+def smooth(values: Sequence[float], window: int) -> list[float]:
+    """Trailing moving average over up to ``window`` values."""
+    return [statistics.fmean(values[max(0, i + 1 - window) : i + 1]) for i in range(len(values))]
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, maxent_help: str) -> None:
