@@ -30,11 +30,14 @@ class AdvantageRecorder(MaxEntGRPOTrainer):
         return output
 
 
-class TruncatedFirstBackend:
-    """Every group is the completions "6" (truncated: no EOS), "2", "7", "1" (each ending in EOS)."""
+class ScriptedBackend:
+    """A backend whose every group is the same scripted completions: slot ``i`` of a group is ``completion(i)``."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
+
+    def completion(self, slot: int) -> tuple[str, list[int]]:
+        raise NotImplementedError
 
     def generate(self, prompts, counts):
         groups = []
@@ -42,33 +45,29 @@ class TruncatedFirstBackend:
             prompt_ids = self.tokenizer(prompt)["input_ids"]
             group = []
             for slot in range(count):
-                text = "6271"[slot % 4]
-                ids = self.tokenizer(text)["input_ids"] + ([] if text == "6" else [self.tokenizer.eos_token_id])
+                text, ids = self.completion(slot)
                 group.append(Completion(text=text, prompt_ids=prompt_ids, completion_ids=ids))
             groups.append(group)
         return groups
 
 
-class PrefixedVowelBackend:
+class TruncatedFirstBackend(ScriptedBackend):
+    """Every group is the completions "6" (truncated: no EOS), "2", "7", "1" (each ending in EOS)."""
+
+    def completion(self, slot: int) -> tuple[str, list[int]]:
+        text = "6271"[slot % 4]
+        return text, self.tokenizer(text)["input_ids"] + ([] if text == "6" else [self.tokenizer.eos_token_id])
+
+
+class PrefixedVowelBackend(ScriptedBackend):
     """Every group spells two answers with special-token and space prefixes: "a" five ways, "e" three ways."""
 
     SPELLINGS = ("a", "<bos>a", " a", "<pad><bos> a", "e", "<bos>e", "\ne", "a")
 
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-
-    def generate(self, prompts, counts):
-        groups = []
-        for prompt, count in zip(prompts, counts, strict=True):
-            prompt_ids = self.tokenizer(prompt)["input_ids"]
-            group = []
-            for slot in range(count):
-                tokens = self.tokenizer.tokenize(self.SPELLINGS[slot % len(self.SPELLINGS)])
-                ids = [*self.tokenizer.convert_tokens_to_ids(tokens), self.tokenizer.eos_token_id]
-                text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                group.append(Completion(text=text, prompt_ids=prompt_ids, completion_ids=ids))
-            groups.append(group)
-        return groups
+    def completion(self, slot: int) -> tuple[str, list[int]]:
+        tokens = self.tokenizer.tokenize(self.SPELLINGS[slot % len(self.SPELLINGS)])
+        ids = [*self.tokenizer.convert_tokens_to_ids(tokens), self.tokenizer.eos_token_id]
+        return self.tokenizer.decode(ids, skip_special_tokens=True), ids
 
 
 def _one_listwise_step(tmp_path, model_dir, reward, backend_class, **config) -> AdvantageRecorder:
