@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "mode_coverage.py"
-
-
-def _load_benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mode_coverage_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.support.benchmark_script import load_benchmark
 
 
 def test_normalized_vowel_entropy() -> None:
-    benchmark = _load_benchmark()
+    benchmark = load_benchmark("mode_coverage")
     assert benchmark.normalized_vowel_entropy(list("aeiou" * 3)) == pytest.approx(1.0)
     assert benchmark.normalized_vowel_entropy(["a", "a", "", "x"]) == 0.0  # empty answers and consonants ignored
     assert benchmark.normalized_vowel_entropy(["", "x"]) == 0.0
@@ -31,7 +21,7 @@ def test_normalized_vowel_entropy() -> None:
 
 @pytest.mark.slow
 def test_benchmark_runs_and_writes_figures(tmp_path: Path) -> None:
-    benchmark = _load_benchmark()
+    benchmark = load_benchmark("mode_coverage")
     steps = 3
     result = benchmark.main(["--steps", str(steps), "--seeds", "1", "--samples", "32", "--output-dir", str(tmp_path)])
 

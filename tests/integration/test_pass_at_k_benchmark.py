@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pass_at_k.py"
-
-
-def _load_benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pass_at_k_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.support.benchmark_script import load_benchmark
 
 
 def test_reward_and_evaluation_of_answers() -> None:
-    benchmark = _load_benchmark()
+    benchmark = load_benchmark("pass_at_k")
     assert benchmark.digit_pair_reward(["19", " 55", "91 ", "10", "5", "555", "=="]) == [1, 1, 1, 0, 0, 0, 0]
     figures = benchmark.evaluate(["19", "19", "28", "00"])
     assert (figures["n"], figures["correct"], figures["distinct_correct"]) == (4, 3, 2)
@@ -32,7 +22,7 @@ def test_reward_and_evaluation_of_answers() -> None:
 
 @pytest.mark.slow
 def test_benchmark_runs_and_writes_figures(tmp_path: Path) -> None:
-    benchmark = _load_benchmark()
+    benchmark = load_benchmark("pass_at_k")
     argv = [
         "--steps",
         "3",
