@@ -1,7 +1,8 @@
 """I6 over TRL's settings: the gradient and the update with dropped rows equal those of the kept rows alone.
 
 For every TRL 1.16 `loss_type` x {no drop, partial drop, full drop} x steps_per_generation {1, 4} x
-gradient_accumulation_steps {1, 2}, the tiny model really trains through `MaxEntGRPOTrainer`. Every micro-batch the
+gradient_accumulation_steps {1, 2} (and the listwise objective with policy mode probabilities over the same drops and
+steps), the tiny model really trains through `MaxEntGRPOTrainer`. Every micro-batch the
 trainer's loss receives (placeholder rows included) is recorded, with the gradient and the parameters around each
 optimizer step. The reference is stock TRL's `GRPOTrainer._compute_loss` on the same micro-batches with the dropped
 rows physically removed, applied to a copy of the weights and averaged over the micro-batches that hold kept rows,
@@ -224,6 +225,36 @@ def test_update_equals_that_of_the_kept_rows_alone(
     for entry in trainer.state.log_history:
         for key, value in entry.items():
             assert not (isinstance(value, float) and math.isnan(value)), key
+
+
+@pytest.mark.parametrize("gradient_accumulation_steps", [1, 2])
+@pytest.mark.parametrize("steps_per_generation", [1, 4])
+@pytest.mark.parametrize("drop", ["none", "partial", "full"])
+def test_listwise_policy_mode_probabilities_leave_dropped_rows_out(
+    tmp_path, drop, steps_per_generation, gradient_accumulation_steps
+):
+    # The listwise objective with the policy correction over the same matrix: its log-probs come from its own forward
+    # (steps_per_generation 1) or from TRL's old_per_token_logps (4); placeholder rows never get an advantage, and
+    # the update is still that of the kept rows alone.
+    trainer = _train(
+        tmp_path,
+        loss_type="dapo",
+        **DROPS[drop],
+        steps_per_generation=steps_per_generation,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        maxent_objective="listwise",
+        maxent_mode_key="last_line",
+        maxent_mode_probability="policy",
+        maxent_tau=0.0,
+    )
+    (window,) = trainer.windows
+    advantages = torch.cat([mb["advantages"].flatten() for mb in window["micro_batches"]])
+    keep = torch.cat([_keep(mb) for mb in window["micro_batches"]])
+    assert (advantages[~keep] == 0).all()
+    if drop != "full":
+        assert advantages[keep].abs().max().item() > 1e-3
+    gradient_error, update_error = _check_window(trainer, window)
+    assert gradient_error <= 1e-6 and update_error <= 1e-6, (gradient_error, update_error)
 
 
 def test_a_step_without_kept_rows_moves_nothing_even_with_weight_decay(tmp_path):
