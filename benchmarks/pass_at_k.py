@@ -16,7 +16,7 @@ TRL's default linear decay, beta 0, sampling temperature 1.0. Runs are interleav
 GRPO, ...) in one process so machine drift hits both.
 
 After training, ``--samples`` (n, default 256) answers are sampled from each model; with c of them correct the script
-reports pass@k = 1 - C(n - c, k) / C(n, k) (the unbiased estimator of Chen et al. 2021, `maxent_grpo.pass_at_k`) for
+reports pass@k = 1 - C(n - c, k) / C(n, k) (the unbiased estimator of Chen et al. 2021, `maxent_grpo.bench.pass_at_k`) for
 k = 1, 2, 4, ..., 64, the number of distinct correct answers among the n samples (at most 9), their normalized entropy
 (H / ln 9) and the mean reward of the scored group at every training step. With one prompt and near-perfect accuracy
 pass@k is 1.0 for both methods from k = 2 on; the difference shows in the distinct answers. Takes about 1 minute on
@@ -60,7 +60,7 @@ from maxent_grpo.bench.single_prompt import (
     add_run_arguments,
     smooth,
 )
-from maxent_grpo.pass_at_k import pass_at_k
+from maxent_grpo.bench.pass_at_k import pass_at_k
 from maxent_grpo.rewards import completion_text
 
 # The shared MaxEnt schedule of the single-prompt benchmarks; an answer is the whole completion, so its probability

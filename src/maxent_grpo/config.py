@@ -293,7 +293,7 @@ class MaxEntGRPOConfig(GRPOConfig):
         if not 0 < self.kl_ctl_step_size <= 1:
             _fail("kl_ctl_step_size", self.kl_ctl_step_size, "a number in (0, 1]")
         if self.maxent_mode_key is not None:
-            from maxent_grpo.mode_keys import resolve_mode_key
+            from maxent_grpo.objective.mode_keys import resolve_mode_key
 
             try:
                 resolve_mode_key(self.maxent_mode_key)

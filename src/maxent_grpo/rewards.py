@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from maxent_grpo.mode_keys import boxed
+from maxent_grpo.objective.mode_keys import boxed
 
 VOWELS = "aeiou"
 

@@ -21,9 +21,9 @@ from trl import GRPOTrainer
 from trl.trainer.utils import nanmax, nanmin, nanstd
 
 from maxent_grpo.config import maxent_config_from
-from maxent_grpo.listwise import ListwiseObjective
-from maxent_grpo.resume import latest_complete_checkpoint
-from maxent_grpo.save_errors import WRITE_ERRORS, SaveError, save_error
+from maxent_grpo.objective.listwise import ListwiseObjective
+from maxent_grpo.training.checkpoints.resume import latest_complete_checkpoint
+from maxent_grpo.training.checkpoints.save_errors import WRITE_ERRORS, SaveError, save_error
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, RefillOutcome
 from maxent_grpo.training.generation.backends import (
     GenerationBackend,

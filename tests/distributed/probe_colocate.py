@@ -14,7 +14,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.cli import _end_training
+from maxent_grpo.cli.command import _end_training
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 
 

@@ -18,7 +18,7 @@ import torch
 from trl import GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.cli import _end_training
+from maxent_grpo.cli.command import _end_training
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 

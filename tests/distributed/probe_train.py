@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.cli import _end_training
+from maxent_grpo.cli.command import _end_training
 from tests.integration.test_alignment_probe import AlignmentReward
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer

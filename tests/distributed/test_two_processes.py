@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _launch(tmp_path: Path, *probe_args: str, probe: str = "probe_train.py") -> list[dict]:
     """Run ``probe`` (in this folder) on two processes with ``tmp_path`` and ``probe_args``; return each rank's JSON.
-    The run must exit 0 without a traceback (a clean end, see `maxent_grpo.cli._end_training`)."""
+    The run must exit 0 without a traceback (a clean end, see `maxent_grpo.cli.command._end_training`)."""
     accelerate = executable("accelerate")
     # ROOT for `tests.*`, ahead of the inherited path, which keeps the processes on the code this test imports.
     python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from maxent_grpo.cli import main
-from maxent_grpo.config_reference import COMMAND, END_MARKER, START_MARKER, current_block, render_config_reference
+from maxent_grpo.cli.config_reference import COMMAND, END_MARKER, START_MARKER, current_block, render_config_reference
 from tests.e2e.cli_runner import ROOT
 
 

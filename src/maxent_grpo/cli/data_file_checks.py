@@ -16,7 +16,7 @@ from pathlib import Path
 from datasets.exceptions import DatasetGenerationError
 from pyarrow import ArrowException
 
-from maxent_grpo.usage_error import UsageError
+from maxent_grpo.cli.usage_error import UsageError
 
 _TEXT_SUFFIXES = frozenset({".json", ".jsonl", ".csv", ".txt"})
 _DATA_SUFFIXES = _TEXT_SUFFIXES | {".parquet"}

@@ -1,4 +1,4 @@
-r"""Maximum-entropy listwise weights and advantages, and the tau / beta controllers.
+r"""Maximum-entropy listwise weights and advantages (the controllers that steer tau and beta: `controllers`).
 
 Pure torch, no trainer dependency. Every function works on a batch of prompt groups at once, laid out as
 ``[num_groups, G]`` tensors (G candidates per prompt); there is no Python loop over groups or candidates.
@@ -61,49 +61,13 @@ no float64) in log space (``log_softmax``, ``logaddexp``), so results are finite
 from __future__ import annotations
 
 import math
-import numbers
-import sys
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-__all__ = [
-    "BetaController",
-    "ListwiseResult",
-    "TauController",
-    "annealed_tau",
-    "compute_listwise",
-    "listwise_advantages",
-    "listwise_weights",
-    "weight_entropy",
-]
+from maxent_grpo.objective.value_checks import check_finite, fail, is_number
 
-
-def _fail(name: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"{name}={value!r} is invalid: expected {allowed}.")
-
-
-def _is_number(value: Any) -> bool:
-    """A real, non-NaN Python or NumPy scalar (bools excluded)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
-
-
-def _is_count(value: Any, low: int) -> bool:
-    """An integer ``>= low`` (bools excluded)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low
-
-
-def _check_finite(
-    name: str, value: Any, *, low: float | None = None, strict: bool = False, low_name: str = ""
-) -> None:
-    """Raise unless ``value`` is a finite number, and ``> low`` (``strict``) or ``>= low`` when ``low`` is given."""
-    ok = _is_number(value) and math.isfinite(value)
-    if ok and low is not None:
-        ok = value > low if strict else value >= low
-    if not ok:
-        bound = "" if low is None else f" {'>' if strict else '>='} {low_name + ' = ' if low_name else ''}{low}"
-        _fail(name, value, f"a finite number{bound}")
+__all__ = ["ListwiseResult", "compute_listwise", "weight_entropy"]
 
 
 @dataclass(frozen=True)
@@ -183,17 +147,17 @@ def _validate(
     valid: torch.Tensor | None,
 ) -> None:
     if rewards.dim() != 2:
-        _fail("rewards", tuple(rewards.shape), "a [num_groups, G] tensor")
-    if not (_is_number(tau) and tau >= 0):
-        _fail("tau", tau, "a number >= 0 (math.inf allowed)")
-    _check_finite("q_temperature", q_temperature, low=0.0, strict=True)
-    if not (_is_number(q_epsilon) and 0 <= q_epsilon < 1):
-        _fail("q_epsilon", q_epsilon, "a number in [0, 1)")
-    _check_finite("beta", beta, low=0.0)
+        fail("rewards", tuple(rewards.shape), "a [num_groups, G] tensor")
+    if not (is_number(tau) and tau >= 0):
+        fail("tau", tau, "a number >= 0 (math.inf allowed)")
+    check_finite("q_temperature", q_temperature, low=0.0, strict=True)
+    if not (is_number(q_epsilon) and 0 <= q_epsilon < 1):
+        fail("q_epsilon", q_epsilon, "a number in [0, 1)")
+    check_finite("beta", beta, low=0.0)
     if beta > 0 and ref_term is None:
-        _fail("ref_term", None, "a [num_groups, G] tensor when beta > 0")
+        fail("ref_term", None, "a [num_groups, G] tensor when beta > 0")
     if mode_log_prob is not None and mode_ids is None:
-        _fail("mode_log_prob", "a tensor", "None when mode_ids is None (the correction acts on modes)")
+        fail("mode_log_prob", "a tensor", "None when mode_ids is None (the correction acts on modes)")
     for name, tensor in (
         ("ref_term", ref_term),
         ("mode_ids", mode_ids),
@@ -201,15 +165,15 @@ def _validate(
         ("valid", valid),
     ):
         if tensor is not None and tensor.shape != rewards.shape:
-            _fail(f"{name}.shape", tuple(tensor.shape), f"the shape of rewards {tuple(rewards.shape)}")
+            fail(f"{name}.shape", tuple(tensor.shape), f"the shape of rewards {tuple(rewards.shape)}")
     if valid is not None and valid.dtype != torch.bool:
-        _fail("valid.dtype", valid.dtype, "torch.bool")
+        fail("valid.dtype", valid.dtype, "torch.bool")
     if mode_ids is not None:
         if mode_ids.dtype.is_floating_point or mode_ids.dtype == torch.bool:
-            _fail("mode_ids.dtype", mode_ids.dtype, "an integer dtype")
+            fail("mode_ids.dtype", mode_ids.dtype, "an integer dtype")
         group_size = rewards.shape[1]
         if mode_ids.numel() and not (mode_ids.min() >= 0 and mode_ids.max() < group_size):
-            _fail(
+            fail(
                 "mode_ids",
                 (int(mode_ids.min()), int(mode_ids.max())),
                 f"ids in [0, G) = [0, {group_size}) local to each group",
@@ -317,207 +281,3 @@ def compute_listwise(
     return ListwiseResult(
         weights=weights.to(out_dtype), advantages=advantages.to(out_dtype), entropy=entropy.to(out_dtype)
     )
-
-
-def listwise_weights(
-    rewards: torch.Tensor,
-    *,
-    tau: float,
-    q_temperature: float,
-    q_epsilon: float,
-    beta: float = 0.0,
-    ref_term: torch.Tensor | None = None,
-    mode_ids: torch.Tensor | None = None,
-    mode_log_prob: torch.Tensor | None = None,
-    valid: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``[num_groups, G]`` candidate weights ``w_i`` of [`compute_listwise`] (rows sum to 1 over valid entries)."""
-    return compute_listwise(
-        rewards,
-        tau=tau,
-        q_temperature=q_temperature,
-        q_epsilon=q_epsilon,
-        beta=beta,
-        ref_term=ref_term,
-        mode_ids=mode_ids,
-        mode_log_prob=mode_log_prob,
-        valid=valid,
-    ).weights
-
-
-def listwise_advantages(
-    rewards: torch.Tensor,
-    *,
-    tau: float,
-    q_temperature: float,
-    q_epsilon: float,
-    beta: float = 0.0,
-    ref_term: torch.Tensor | None = None,
-    mode_ids: torch.Tensor | None = None,
-    mode_log_prob: torch.Tensor | None = None,
-    valid: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``[num_groups, G]`` advantages ``G_v * w_i - 1`` of [`compute_listwise`] (zero-mean over valid entries)."""
-    return compute_listwise(
-        rewards,
-        tau=tau,
-        q_temperature=q_temperature,
-        q_epsilon=q_epsilon,
-        beta=beta,
-        ref_term=ref_term,
-        mode_ids=mode_ids,
-        mode_log_prob=mode_log_prob,
-        valid=valid,
-    ).advantages
-
-
-def annealed_tau(tau_start: float, tau_final: float, progress: float) -> float:
-    """``tau`` annealed geometrically: ``tau_start * (tau_final / tau_start) ** progress``, progress clipped to [0, 1].
-
-    Deterministic annealing (Rose, "Deterministic annealing for clustering, compression, classification, regression,
-    and related optimization problems", Proc. IEEE 1998): a high early temperature keeps weight on many answers, so
-    the policy goes on sampling (and finding) other correct answers; the low final one puts the target's weight on the
-    best answers, so the reward converges. A geometric path spends equal time per factor of ``tau``.
-    """
-    _check_finite("tau_start", tau_start, low=0.0, strict=True)
-    _check_finite("tau_final", tau_final, low=0.0, strict=True)
-    _check_finite("progress", progress)
-    return tau_start * (tau_final / tau_start) ** min(max(progress, 0.0), 1.0)
-
-
-class TauController:
-    """Steers ``tau`` in log space so that the mean weight entropy tracks ``target_entropy``.
-
-    Each [`update`] folds the measured mean weight entropy into an exponential moving average (the first
-    measurement initialises it), counts the step and, once more than ``warmup_steps`` steps have been seen, moves
-    ``log tau += lr * (target_entropy - ema)``: too little entropy raises ``tau`` (spreads the weights), too much
-    lowers it. ``tau`` is then clamped to ``[tau_min, tau_max]``. With ``target_entropy=None`` ``tau`` never changes
-    (steps and the average are still tracked).
-
-    Args:
-        tau: initial temperature; ``> 0`` and within ``[tau_min, tau_max]`` when ``target_entropy`` is set, any
-            finite number ``>= 0`` otherwise.
-        target_entropy: target mean weight entropy in nats (``>= 0``), or None for a fixed ``tau``.
-        lr: step size ``> 0`` of the log-tau update.
-        tau_min: lower clamp, finite ``>= 0``.
-        tau_max: upper clamp, finite ``>= tau_min``.
-        warmup_steps: number of first updates that only feed the average, ``>= 0``.
-        ema: smoothing factor of the moving average, in ``[0, 1)`` (0: use the latest measurement).
-    """
-
-    def __init__(
-        self,
-        tau: float,
-        target_entropy: float | None,
-        lr: float,
-        tau_min: float,
-        tau_max: float,
-        warmup_steps: int,
-        ema: float = 0.9,
-    ) -> None:
-        _check_finite("tau", tau, low=0.0)
-        if target_entropy is not None:
-            _check_finite("target_entropy", target_entropy, low=0.0)
-        _check_finite("lr", lr, low=0.0, strict=True)
-        _check_finite("tau_min", tau_min, low=0.0)
-        _check_finite("tau_max", tau_max, low=tau_min, low_name="tau_min")
-        if not _is_count(warmup_steps, 0):
-            _fail("warmup_steps", warmup_steps, "an integer >= 0")
-        if not (_is_number(ema) and 0 <= ema < 1):
-            _fail("ema", ema, "a number in [0, 1)")
-        if target_entropy is not None and not (tau > 0 and tau_min <= tau <= tau_max):
-            _fail(
-                "tau", tau, f"a number > 0 in [tau_min, tau_max] = [{tau_min}, {tau_max}] when target_entropy is set"
-            )
-        self.tau = float(tau)
-        self.target_entropy = None if target_entropy is None else float(target_entropy)
-        self.lr = float(lr)
-        self.tau_min = float(tau_min)
-        self.tau_max = float(tau_max)
-        self.warmup_steps = int(warmup_steps)
-        self.ema = float(ema)
-        self.ema_entropy: float | None = None
-        self.step = 0
-
-    def update(self, measured_entropy: float) -> float:
-        """Record one measured mean weight entropy (nats, finite) and return the new ``tau``."""
-        _check_finite("measured_entropy", measured_entropy)
-        measured = float(measured_entropy)
-        if self.ema_entropy is None:
-            self.ema_entropy = measured
-        else:
-            self.ema_entropy = self.ema * self.ema_entropy + (1.0 - self.ema) * measured
-        self.step += 1
-        if self.target_entropy is not None and self.step > self.warmup_steps:
-            log_tau = math.log(self.tau) + self.lr * (self.target_entropy - self.ema_entropy)
-            # The floor keeps tau > 0 (log tau defined) should exp underflow when tau_min is 0.
-            self.tau = min(max(math.exp(log_tau), self.tau_min, sys.float_info.min), self.tau_max)
-        return self.tau
-
-    def state_dict(self) -> dict[str, float | int | None]:
-        """JSON-serialisable state: current ``tau``, moving average and step count."""
-        return {"tau": self.tau, "ema_entropy": self.ema_entropy, "step": self.step}
-
-    def load_state_dict(self, state: dict[str, float | int | None]) -> None:
-        """Restore the state saved by [`state_dict`]."""
-        tau, ema_entropy, step = state["tau"], state["ema_entropy"], state["step"]
-        _check_finite("state['tau']", tau, low=0.0)
-        if ema_entropy is not None:
-            _check_finite("state['ema_entropy']", ema_entropy)
-        if not _is_count(step, 0):
-            _fail("state['step']", step, "an integer >= 0")
-        self.tau = float(tau)
-        self.ema_entropy = None if ema_entropy is None else float(ema_entropy)
-        self.step = int(step)
-
-
-class BetaController:
-    """Adaptive KL coefficient (Ziegler et al. 2019, "Fine-Tuning Language Models from Human Preferences").
-
-    Each [`update`] applies ``err = clip(kl / kl_target - 1, -step_size, step_size)`` and
-    ``beta <- beta * (1 + err * n_steps / horizon)``: ``beta`` grows while the measured KL is above target and
-    shrinks while it is below. With ``kl_target=None`` ``beta`` stays fixed.
-
-    Args:
-        beta: initial coefficient, finite ``>= 0``; ``> 0`` when ``kl_target`` is set (the rule is multiplicative).
-        kl_target: target KL (``> 0``), or None for a fixed ``beta``.
-        horizon: horizon of the rule in steps, ``> 0``.
-        step_size: clip of the proportional error, in ``(0, 1]``.
-    """
-
-    def __init__(self, beta: float, kl_target: float | None, horizon: float, step_size: float = 0.2) -> None:
-        _check_finite("beta", beta, low=0.0)
-        if kl_target is not None:
-            _check_finite("kl_target", kl_target, low=0.0, strict=True)
-            if beta == 0:
-                _fail("beta", beta, "a number > 0 when kl_target is set (the controller scales beta)")
-        _check_finite("horizon", horizon, low=0.0, strict=True)
-        if not (_is_number(step_size) and 0 < step_size <= 1):
-            _fail("step_size", step_size, "a number in (0, 1]")
-        self.beta = float(beta)
-        self.kl_target = None if kl_target is None else float(kl_target)
-        self.horizon = float(horizon)
-        self.step_size = float(step_size)
-
-    def update(self, measured_kl: float, n_steps: int = 1) -> float:
-        """Record the measured KL (finite) over the last ``n_steps >= 1`` steps and return the new ``beta``.
-
-        ``beta`` never goes below 0 (reachable only when ``n_steps * step_size > horizon``).
-        """
-        _check_finite("measured_kl", measured_kl)
-        if not _is_count(n_steps, 1):
-            _fail("n_steps", n_steps, "an integer >= 1")
-        if self.kl_target is None:
-            return self.beta
-        error = min(max(float(measured_kl) / self.kl_target - 1.0, -self.step_size), self.step_size)
-        self.beta = max(0.0, self.beta * (1.0 + error * n_steps / self.horizon))
-        return self.beta
-
-    def state_dict(self) -> dict[str, float]:
-        """JSON-serialisable state: the current ``beta``."""
-        return {"beta": self.beta}
-
-    def load_state_dict(self, state: dict[str, float]) -> None:
-        """Restore the state saved by [`state_dict`]."""
-        _check_finite("state['beta']", state["beta"], low=0.0)
-        self.beta = float(state["beta"])

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from maxent_grpo.pass_at_k import mean_pass_at_k, pass_at_k
+from maxent_grpo.bench.pass_at_k import mean_pass_at_k, pass_at_k
 
 
 @st.composite

@@ -8,7 +8,7 @@ from collections.abc import Hashable, Sequence
 import pytest
 import torch
 
-from maxent_grpo.mode_keys import (
+from maxent_grpo.objective.mode_keys import (
     BUILTIN_MODE_KEYS,
     answer_keys,
     assign_mode_ids,
@@ -18,7 +18,7 @@ from maxent_grpo.mode_keys import (
     mode_coverage,
     resolve_mode_key,
 )
-from maxent_grpo.objective import compute_listwise
+from maxent_grpo.objective.weights import compute_listwise
 from maxent_grpo.rewards import vowel_start_reward
 from maxent_grpo.tiny_model import build_tiny_tokenizer
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from transformers.trainer_utils import sort_checkpoints
 
-from maxent_grpo.resume import is_complete
+from maxent_grpo.training.checkpoints.resume import is_complete
 
 
 def interrupted_message(output_dir: str) -> str:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from maxent_grpo.cli.hub_access import check_model_source
+from maxent_grpo.cli.usage_error import UsageError
 from maxent_grpo.dotted_path import import_callable
-from maxent_grpo.hub_access import check_model_source
 from maxent_grpo.rewards import REWARDS
-from maxent_grpo.usage_error import UsageError
 
 RewardFunc = Callable[..., list[float]] | str
 """What `GRPOTrainer` takes in ``reward_funcs``: a callable, or a reward model's name or path."""

@@ -15,7 +15,7 @@ import requests
 from huggingface_hub import constants, is_offline_mode, try_to_load_from_cache
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from maxent_grpo.usage_error import UsageError
+from maxent_grpo.cli.usage_error import UsageError
 
 PROBE_TIMEOUT_SECONDS = 5.0
 

@@ -16,10 +16,11 @@ import torch
 from accelerate.utils import gather_object
 
 from maxent_grpo.config import MaxEntGRPOConfig
-from maxent_grpo.mode_keys import ModeKey, answer_keys, assign_mode_ids, mode_coverage, resolve_mode_key
-from maxent_grpo.mode_probability import mode_log_probs
-from maxent_grpo.objective import BetaController, TauController, annealed_tau, compute_listwise
-from maxent_grpo.training.sampling_logps import sequence_logps
+from maxent_grpo.objective.controllers import BetaController, TauController, annealed_tau
+from maxent_grpo.objective.mode_keys import ModeKey, answer_keys, assign_mode_ids, mode_coverage, resolve_mode_key
+from maxent_grpo.objective.mode_probability import mode_log_probs
+from maxent_grpo.objective.sequence_logps import sequence_logps
+from maxent_grpo.objective.weights import compute_listwise
 
 if TYPE_CHECKING:
     from maxent_grpo.trainer import MaxEntGRPOTrainer

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maxent_grpo.mode_probability import mode_log_probs
+from maxent_grpo.objective.mode_probability import mode_log_probs
 
 
 def test_a_completion_sampled_twice_counts_once() -> None:

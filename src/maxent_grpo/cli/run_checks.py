@@ -14,8 +14,8 @@ import torch
 from transformers import PreTrainedModel
 from transformers.integrations import get_available_reporting_integrations
 
+from maxent_grpo.cli.usage_error import UsageError
 from maxent_grpo.config import MaxEntGRPOConfig
-from maxent_grpo.usage_error import UsageError
 
 _GIB = 1024**3
 

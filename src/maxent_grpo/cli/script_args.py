@@ -19,12 +19,12 @@ from transformers import AutoConfig
 from transformers.utils import is_bitsandbytes_available, is_peft_available
 from trl import ModelConfig, ScriptArguments, get_peft_config, get_quantization_config
 
-from maxent_grpo import resume
+from maxent_grpo.cli.usage_error import UsageError
 from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.demo import vowel_dataset
 from maxent_grpo.rewards import REWARDS
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
-from maxent_grpo.usage_error import UsageError
+from maxent_grpo.training.checkpoints import resume
 
 TINY_MODEL = "tiny"
 VOWELS_DATASET = "vowels"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from datasets import Dataset
 
-from maxent_grpo.data_file_checks import check_data_file
-from maxent_grpo.hub_access import looks_local
-from maxent_grpo.interruption import interrupted_message
-from maxent_grpo.prompt_checks import check_prompts
-from maxent_grpo.resume import latest_complete_checkpoint
-from maxent_grpo.usage_error import UsageError
+from maxent_grpo.cli.data_file_checks import check_data_file
+from maxent_grpo.cli.hub_access import looks_local
+from maxent_grpo.cli.interruption import interrupted_message
+from maxent_grpo.cli.prompt_checks import check_prompts
+from maxent_grpo.cli.usage_error import UsageError
+from maxent_grpo.training.checkpoints.resume import latest_complete_checkpoint
 
 
 @pytest.mark.parametrize(
@@ -38,7 +38,7 @@ def test_utf8_check_names_the_line_of_the_first_bad_byte(tmp_path):
 
 
 def test_utf8_check_counts_lines_across_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr("maxent_grpo.data_file_checks._CHUNK_BYTES", 7)
+    monkeypatch.setattr("maxent_grpo.cli.data_file_checks._CHUNK_BYTES", 7)
     path = tmp_path / "data.txt"
     path.write_bytes("é\n".encode() * 5 + b"\xff\n")  # multi-byte characters split across chunk boundaries
     with pytest.raises(UsageError, match=r"line 6 holds the byte 0xff"):

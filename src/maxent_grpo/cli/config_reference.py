@@ -12,8 +12,8 @@ from pathlib import Path
 
 from trl import ModelConfig, ScriptArguments
 
+from maxent_grpo.cli.script_args import TrainScriptArguments
 from maxent_grpo.config import MaxEntGRPOConfig
-from maxent_grpo.script_args import TrainScriptArguments
 
 START_MARKER = "<!-- config-reference:start -->"
 END_MARKER = "<!-- config-reference:end -->"

@@ -1,12 +1,10 @@
 """The `maxent-grpo` command: `demo`, `train`, `bench` and `config-reference`.
 
-`train` reads a YAML recipe and `--field value` overrides the way TRL's scripts do (`TrlParser`): every field of
-`TrainScriptArguments` (TRL's `ScriptArguments` plus the reward and column fields), `MaxEntGRPOConfig` and TRL's
-`ModelConfig`, command-line values winning over the recipe. Input that cannot be used ends the command with one line
-on stderr and exit code 2, a run whose every generation batch was dropped with one line and exit code 1, Ctrl-C with
-one line naming the checkpoint to resume from and exit code 130; anything else is a bug and keeps its traceback. The
-heavy modules (torch, transformers, TRL's trainer) are imported by the command that needs them, so that
-`maxent-grpo --help` answers at once.
+`train` reads a YAML recipe and `--field value` overrides the way TRL's scripts do (see `recipe`). Input that cannot be
+used ends the command with one line on stderr and exit code 2, a run whose every generation batch was dropped with one
+line and exit code 1, Ctrl-C with one line naming the checkpoint to resume from and exit code 130; anything else is a
+bug and keeps its traceback. The heavy modules (torch, transformers, TRL's trainer) are imported by the command that
+needs them, so that `maxent-grpo --help` answers at once.
 """
 
 from __future__ import annotations
@@ -19,20 +17,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import yaml
-from trl import ModelConfig, TrlParser
+from trl import ModelConfig
 
-from maxent_grpo.ansi_free_output import strip_ansi_when_redirected
-from maxent_grpo.usage_error import UsageError
+from maxent_grpo.cli.ansi_free_output import strip_ansi_when_redirected
+from maxent_grpo.cli.recipe import PROG, parse_train_args
+from maxent_grpo.cli.usage_error import UsageError
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
 
+    from maxent_grpo.cli.script_args import TrainScriptArguments
     from maxent_grpo.config import MaxEntGRPOConfig
-    from maxent_grpo.script_args import TrainScriptArguments
     from maxent_grpo.trainer import MaxEntGRPOTrainer
-
-PROG = "maxent-grpo"
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -42,138 +38,15 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-# ---------------------------------------------------------------------------------------------------------- train
-class _RecipeParser(TrlParser):
-    """TRL's parser over the train script arguments, `MaxEntGRPOConfig` and `ModelConfig`; bad arguments raise
-    `UsageError`."""
-
-    def __init__(self) -> None:
-        from maxent_grpo.config import MaxEntGRPOConfig
-        from maxent_grpo.script_args import TrainScriptArguments
-
-        super().__init__(
-            (TrainScriptArguments, MaxEntGRPOConfig, ModelConfig),
-            prog=f"{PROG} train",
-            description="Train with MaxEntGRPOTrainer. '--config recipe.yaml' reads field: value pairs from a YAML "
-            "recipe; '--field value' arguments override them. Fields: the script arguments below, every field of "
-            "MaxEntGRPOConfig (TRL's GRPOConfig plus the MaxEnt and generation fields), then TRL's ModelConfig "
-            "(model_name_or_path, dtype, attn_implementation, model_revision, use_peft and the LoRA fields).",
-        )
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
-def _read_recipe(path: str) -> dict[str, Any]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise UsageError(f"cannot read recipe {path!r}: {error.strerror or error}") from error
-    except UnicodeDecodeError as error:
-        raise UsageError(f"recipe {path!r} is not UTF-8 text (byte 0x{error.object[error.start]:02x})") from error
-    try:
-        recipe = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise UsageError(f"recipe {path!r} is not valid YAML{where}: {error.problem}") from error
-    except yaml.YAMLError as error:
-        raise UsageError(f"recipe {path!r} is not valid YAML: {error}") from error
-    if not isinstance(recipe, dict):
-        raise UsageError(f"recipe {path!r} must be a YAML mapping of field: value")
-    return recipe
-
-
-def _recipe_value(action: argparse.Action, key: str, value: Any, path: str) -> Any:
-    """A recipe value converted and checked with the field's own argparse type and choices."""
-    if value is None or isinstance(value, dict):
-        return value
-    if action.nargs in ("+", "*"):
-        items = value if isinstance(value, list) else [value]
-        return [_recipe_value_item(action, key, item, path) for item in items]
-    if isinstance(value, list):
-        raise UsageError(f"{key} in recipe {path!r} takes a single value, got the list {value!r}")
-    return _recipe_value_item(action, key, value, path)
-
-
-def _recipe_value_item(action: argparse.Action, key: str, value: Any, path: str) -> Any:
-    try:
-        converted = action.type(str(value)) if callable(action.type) else value
-    except (TypeError, ValueError, argparse.ArgumentTypeError) as error:
-        raise UsageError(f"{key}={value!r} in recipe {path!r} is invalid: {error}") from error
-    if action.choices is not None and converted not in action.choices:
-        # YAML reads unquoted yes / no / on / off as booleans: `save_strategy: no` arrives as False.
-        hint = (
-            " (quote the value: YAML reads an unquoted yes/no/on/off as a boolean)" if isinstance(value, bool) else ""
-        )
-        raise UsageError(
-            f"{key}={value!r} in recipe {path!r} is invalid: expected one of {list(action.choices)}{hint}"
-        )
-    return converted
-
-
-def _apply_recipe(parser: _RecipeParser, path: str) -> None:
-    """Make the recipe's values the parser's defaults; unknown fields and values of the wrong type are errors."""
-    recipe = _read_recipe(path)
-    env = recipe.pop("env", {})  # TRL's recipe convention: environment variables for the run
-    if not isinstance(env, dict):
-        raise UsageError(f"env in recipe {path!r} must be a mapping of variable: value")
-    os.environ.update({str(name): str(value) for name, value in env.items()})
-    actions: dict[str, argparse.Action] = {}
-    for action in parser._actions:
-        actions.setdefault(action.dest, action)  # the field's own option comes before its --no_<field> twin
-    defaults = {}
-    for key, value in recipe.items():
-        if key not in actions or key == "help":
-            raise UsageError(
-                f"unknown field {key!r} in recipe {path!r}: not a field of MaxEntGRPOConfig, ModelConfig or the "
-                "train script arguments (maxent-grpo train --help lists them)"
-            )
-        defaults[key] = _recipe_value(actions[key], key, value, path)
-    parser.set_defaults_with_config(**defaults)
-
-
-def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntGRPOConfig, ModelConfig]:
-    """`(TrainScriptArguments, MaxEntGRPOConfig, ModelConfig)` from ``[--config recipe.yaml] [--field value ...]``.
-
-    Raises:
-        UsageError: missing or malformed recipe, unknown field, value of the wrong type, or a value the config
-            rejects (its `ValueError` names the field).
-    """
-    from maxent_grpo import script_args as inputs
-
-    parser = _RecipeParser()
-    args = list(argv)
-    if "--config" in args:
-        index = args.index("--config")
-        if index + 1 >= len(args):
-            raise UsageError("--config needs the path of a YAML recipe")
-        _apply_recipe(parser, args[index + 1])
-        del args[index : index + 2]
-    try:
-        script_args, config, model_args, remaining = parser.parse_args_into_dataclasses(
-            args=args, return_remaining_strings=True
-        )
-    except ValueError as error:  # a dataclass's own validation (MaxEntGRPOConfig, TrainingArguments, ModelConfig)
-        raise UsageError(str(error)) from error
-    if remaining:
-        raise UsageError(
-            f"unknown argument {remaining[0]!r}: not a field of MaxEntGRPOConfig, ModelConfig or the train script "
-            "arguments (maxent-grpo train --help lists them)"
-        )
-    inputs.check_required(script_args, model_args)
-    return script_args, config, model_args
-
-
 def _train(argv: Sequence[str]) -> int:
     from datasets import Dataset
     from transformers.trainer_callback import ProgressCallback
 
-    from maxent_grpo import run_checks
-    from maxent_grpo import script_args as inputs
-    from maxent_grpo.data_file_checks import dataset_read_errors
-    from maxent_grpo.line_progress import LineProgressCallback, silence_library_progress_bars
-    from maxent_grpo.prompt_checks import check_chat_template, check_prompts
+    from maxent_grpo.cli import run_checks
+    from maxent_grpo.cli import script_args as inputs
+    from maxent_grpo.cli.data_file_checks import dataset_read_errors
+    from maxent_grpo.cli.line_progress import LineProgressCallback, silence_library_progress_bars
+    from maxent_grpo.cli.prompt_checks import check_chat_template, check_prompts
     from maxent_grpo.trainer import MaxEntGRPOTrainer
 
     # Dotted paths (reward functions, a custom maxent_mode_key) resolve from the working directory too, as in TRL's
@@ -220,15 +93,15 @@ def _train(argv: Sequence[str]) -> int:
 
 
 def _load_rewards(script_args: TrainScriptArguments) -> list:
-    from maxent_grpo.reward_loading import load_reward_funcs
+    from maxent_grpo.cli.reward_loading import load_reward_funcs
 
     return load_reward_funcs(script_args.reward_funcs, script_args.reward_model_name_or_path)
 
 
 def _load_dataset(script_args: TrainScriptArguments):
-    from maxent_grpo import script_args as inputs
-    from maxent_grpo.data_file_checks import check_data_file, dataset_read_errors
-    from maxent_grpo.hub_access import check_source
+    from maxent_grpo.cli import script_args as inputs
+    from maxent_grpo.cli.data_file_checks import check_data_file, dataset_read_errors
+    from maxent_grpo.cli.hub_access import check_source
 
     name = script_args.dataset_name
     if name != inputs.VOWELS_DATASET:
@@ -239,8 +112,8 @@ def _load_dataset(script_args: TrainScriptArguments):
 
 
 def _load_model(model_args: ModelConfig, config: MaxEntGRPOConfig) -> dict[str, Any]:
-    from maxent_grpo import script_args as inputs
-    from maxent_grpo.hub_access import check_model_source
+    from maxent_grpo.cli import script_args as inputs
+    from maxent_grpo.cli.hub_access import check_model_source
 
     if model_args.model_name_or_path != inputs.TINY_MODEL:
         check_model_source(model_args.model_name_or_path)
@@ -257,9 +130,9 @@ class Interrupted(Exception):
 
 def _run(trainer: MaxEntGRPOTrainer, config: MaxEntGRPOConfig) -> None:
     """Train and save the final model, turning the ways a run can end badly into one-line errors."""
-    from maxent_grpo.interruption import interrupted_message
-    from maxent_grpo.save_errors import WRITE_ERRORS, SaveError, save_error
+    from maxent_grpo.cli.interruption import interrupted_message
     from maxent_grpo.trainer import NoUsableGenerationError
+    from maxent_grpo.training.checkpoints.save_errors import WRITE_ERRORS, SaveError, save_error
 
     try:
         trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
@@ -323,7 +196,7 @@ def _demo(argv: Sequence[str]) -> int:
     if options.steps < 1:
         raise UsageError(f"--steps {options.steps} is invalid: expected an integer >= 1")
     if options.output_dir is not None:
-        from maxent_grpo.run_checks import check_output_dir
+        from maxent_grpo.cli.run_checks import check_output_dir
 
         check_output_dir(str(options.output_dir))
 
@@ -359,7 +232,7 @@ def _bench(argv: Sequence[str]) -> int:
 
 
 def _config_reference(argv: Sequence[str]) -> int:
-    from maxent_grpo import config_reference
+    from maxent_grpo.cli import config_reference
 
     parser = _ArgumentParser(
         prog=f"{PROG} config-reference",
@@ -421,7 +294,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # before training started, or in another command
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,18 +13,18 @@ from accelerate.utils import DistributedType
 from trl import ModelConfig
 
 from maxent_grpo import demo
-from maxent_grpo.cli import parse_train_args
-from maxent_grpo.config import MaxEntGRPOConfig
-from maxent_grpo.reward_loading import load_reward_funcs
-from maxent_grpo.rewards import REWARDS
-from maxent_grpo.script_args import (
+from maxent_grpo.cli.recipe import parse_train_args
+from maxent_grpo.cli.reward_loading import load_reward_funcs
+from maxent_grpo.cli.script_args import (
     TrainScriptArguments,
     check_reward_columns,
     load_model,
     load_train_dataset,
 )
+from maxent_grpo.config import MaxEntGRPOConfig
+from maxent_grpo.rewards import REWARDS
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 RECIPES = sorted((CONFIGS / "recipes").glob("*.yaml"))
 ACCELERATE_CONFIGS = sorted((CONFIGS / "accelerate").glob("*.yaml"))
 

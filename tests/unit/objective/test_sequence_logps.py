@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from maxent_grpo.training.sampling_logps import sequence_logps
+from maxent_grpo.objective.sequence_logps import sequence_logps
 
 
 def test_uses_trl_old_logps_and_counts_only_sampled_tokens() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from datasets import Dataset, IterableDataset
 from transformers import PreTrainedTokenizerBase
 
-from maxent_grpo.usage_error import UsageError
+from maxent_grpo.cli.usage_error import UsageError
 
 _MESSAGE_KEYS = ("role", "content")
 STREAMED_ROWS_CHECKED = 1000

@@ -6,7 +6,7 @@ import torch
 from peft import LoraConfig
 from trl import ModelConfig
 
-from maxent_grpo.script_args import ignore_bool_buffers, load_model
+from maxent_grpo.cli.script_args import ignore_bool_buffers, load_model
 from tests.support.training import tiny_config
 
 

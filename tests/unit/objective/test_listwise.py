@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from maxent_grpo.config import MaxEntGRPOConfig
-from maxent_grpo.listwise import ListwiseObjective
-from maxent_grpo.objective import BetaController, TauController
+from maxent_grpo.objective.controllers import BetaController, TauController
+from maxent_grpo.objective.listwise import ListwiseObjective
 
 GROUP_SIZE = 4
 
@@ -112,6 +112,6 @@ def test_kl_values_are_kept_only_for_the_beta_controller() -> None:
 def test_policy_mode_probability_with_a_fixed_tau_warns(tmp_path, caplog, settings, warns) -> None:
     fields = {"maxent_objective": "listwise", "maxent_mode_key": "last_line", "maxent_mode_probability": "policy"}
     args = MaxEntGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **{**fields, **settings})
-    with caplog.at_level("WARNING", logger="maxent_grpo.listwise"):
+    with caplog.at_level("WARNING", logger="maxent_grpo.objective.listwise"):
         ListwiseObjective.from_config(args)
     assert ("anneal tau to near 0" in caplog.text) is warns
