@@ -16,10 +16,11 @@ TRL's default linear decay, beta 0, sampling temperature 1.0. Runs are interleav
 GRPO, ...) in one process so machine drift hits both.
 
 After training, ``--samples`` (n, default 256) answers are sampled from each model; with c of them correct the script
-reports pass@k = 1 - C(n - c, k) / C(n, k) (the unbiased estimator of Chen et al. 2021, `maxent_grpo.bench.pass_at_k`) for
-k = 1, 2, 4, ..., 64, the number of distinct correct answers among the n samples (at most 9), their normalized entropy
-(H / ln 9) and the mean reward of the scored group at every training step. With one prompt and near-perfect accuracy
-pass@k is 1.0 for both methods from k = 2 on; the difference shows in the distinct answers. Takes about 1 minute on
+reports pass@k = 1 - C(n - c, k) / C(n, k) (the unbiased estimator of Chen et al. 2021, `maxent_grpo.bench.pass_at_k`)
+for k = 1, 2, 4, ..., 64, the number of distinct correct answers among the n samples (at most 9), their normalized
+entropy (H / ln 9) and the mean reward of the scored group at every training step. With one prompt and near-perfect
+accuracy pass@k is 1.0 for both methods from k = 2 on; the difference shows in the distinct answers. Takes about 1
+minute on
 2 idle CPU cores (six runs of 300 steps at 0.01-0.03 s per step, plus start-up).
 
     python benchmarks/pass_at_k.py [--steps 300] [--seeds 3] [--samples 256] [--maxent FIELD=VALUE ...]
@@ -51,6 +52,7 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from maxent_grpo.bench.output import add_output_arguments
+from maxent_grpo.bench.pass_at_k import pass_at_k
 from maxent_grpo.bench.single_prompt import (
     MAXENT_SCHEDULE,
     METHODS,
@@ -60,7 +62,6 @@ from maxent_grpo.bench.single_prompt import (
     add_run_arguments,
     smooth,
 )
-from maxent_grpo.bench.pass_at_k import pass_at_k
 from maxent_grpo.rewards import completion_text
 
 # The shared MaxEnt schedule of the single-prompt benchmarks; an answer is the whole completion, so its probability

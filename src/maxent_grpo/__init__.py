@@ -23,6 +23,7 @@ _EXPORTS = {
     "MaxEntGRPOTrainer": "maxent_grpo.trainer",
     "Completion": "maxent_grpo.training.generation.backends.protocol",
     "GenerationBackend": "maxent_grpo.training.generation.backends.protocol",
+    "SamplingSettings": "maxent_grpo.training.generation.backends.sampling",
     "TransformersBackend": "maxent_grpo.training.generation.backends.transformers_backend",
     "VLLMColocateBackend": "maxent_grpo.training.generation.backends.vllm_colocate",
     "VLLMServerBackend": "maxent_grpo.training.generation.backends.vllm_server",
@@ -33,6 +34,7 @@ __all__ = [
     "GenerationBackend",
     "MaxEntGRPOConfig",
     "MaxEntGRPOTrainer",
+    "SamplingSettings",
     "TransformersBackend",
     "VLLMColocateBackend",
     "VLLMServerBackend",
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from maxent_grpo.training.generation.backends import (
         Completion,
         GenerationBackend,
+        SamplingSettings,
         TransformersBackend,
         VLLMColocateBackend,
         VLLMServerBackend,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.trainer import NoUsableGenerationError
+from maxent_grpo.training.empty_batches import NoUsableGenerationError
 from tests.support.tagged_backend import TaggedBackend, assert_row_aligned, prompt_tag
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from maxent_grpo import MaxEntGRPOTrainer, VLLMColocateBackend
+from maxent_grpo import MaxEntGRPOTrainer, SamplingSettings, VLLMColocateBackend
 from tests.support.tiny_vllm_engine import Logprob, TinyLLM
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 def test_backend_returns_engine_prompt_ids_counts_and_sampled_logprobs():
     model, tokenizer = tiny_model_and_tokenizer()
     engine = TinyLLM(model, tokenizer)
-    backend = VLLMColocateBackend(engine, tokenizer, max_tokens=6)
+    backend = VLLMColocateBackend(engine, tokenizer, sampling=SamplingSettings(max_tokens=6))
     chat = [{"role": "user", "content": "hi"}]
     groups = backend.generate(["p1:", "p22:"], [3, 0])
     assert [len(g) for g in groups] == [3, 0]
@@ -51,7 +51,7 @@ class UnscoredLLM(TinyLLM):
 
 def test_completions_without_logprobs_are_failed_and_nan_token_logprobs_kept():
     model, tokenizer = tiny_model_and_tokenizer()
-    backend = VLLMColocateBackend(UnscoredLLM(model, tokenizer), tokenizer, max_tokens=6)
+    backend = VLLMColocateBackend(UnscoredLLM(model, tokenizer), tokenizer, sampling=SamplingSettings(max_tokens=6))
 
     (group,) = backend.generate(["p1:"], [6])
 
@@ -68,7 +68,9 @@ def test_completions_without_logprobs_are_failed_and_nan_token_logprobs_kept():
 
 def test_structured_outputs_regex_constrains_the_completions():
     model, tokenizer = tiny_model_and_tokenizer()
-    backend = VLLMColocateBackend(TinyLLM(model, tokenizer), tokenizer, max_tokens=6, structured_outputs_regex="[ab]*")
+    backend = VLLMColocateBackend(
+        TinyLLM(model, tokenizer), tokenizer, sampling=SamplingSettings(max_tokens=6, structured_outputs_regex="[ab]*")
+    )
 
     (group,) = backend.generate(["p1:"], [6])
 
@@ -81,7 +83,7 @@ def test_training_through_colocate_engine_syncs_weights(tmp_path):
     model, tokenizer = tiny_model_and_tokenizer()
     engine = TinyLLM(model, tokenizer)
     initial = {n: p.clone() for n, p in engine.model.named_parameters()}
-    backend = VLLMColocateBackend(engine, tokenizer, max_tokens=8)
+    backend = VLLMColocateBackend(engine, tokenizer, sampling=SamplingSettings(max_tokens=8))
     seen = []
 
     def reward(prompts, completions, answer, **kwargs):
@@ -111,7 +113,7 @@ def test_training_through_colocate_engine_syncs_weights(tmp_path):
 
 def test_conversational_dataset(tmp_path):
     model, tokenizer = tiny_model_and_tokenizer()
-    backend = VLLMColocateBackend(TinyLLM(model, tokenizer), tokenizer, max_tokens=4)
+    backend = VLLMColocateBackend(TinyLLM(model, tokenizer), tokenizer, sampling=SamplingSettings(max_tokens=4))
     data = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"q{i}"}] for i in range(4)]})
     completions_seen = []
 
@@ -154,7 +156,11 @@ def test_sleep_mode_wakes_the_cache_and_repushes_discarded_weights_around_every_
     model, tokenizer = tiny_model_and_tokenizer()
     engine = SleepingLLM(model, tokenizer)
     backend = VLLMColocateBackend(
-        engine, tokenizer, max_tokens=4, sleep_mode=True, weight_sync=lambda: engine.calls.append("sync")
+        engine,
+        tokenizer,
+        sampling=SamplingSettings(max_tokens=4),
+        sleep_mode=True,
+        weight_sync=lambda: engine.calls.append("sync"),
     )
     backend.sync_weights(model)  # the trainer's sync at the start of a step: the engine slept (level 2) since built
     first = backend.generate(["p1:"], [2])
@@ -177,4 +183,6 @@ def test_sleep_mode_wakes_the_cache_and_repushes_discarded_weights_around_every_
 def test_sleep_mode_needs_a_weight_sync():
     model, tokenizer = tiny_model_and_tokenizer()
     with pytest.raises(ValueError, match="sleep_mode needs weight_sync"):
-        VLLMColocateBackend(SleepingLLM(model, tokenizer), tokenizer, max_tokens=4, sleep_mode=True)
+        VLLMColocateBackend(
+            SleepingLLM(model, tokenizer), tokenizer, sampling=SamplingSettings(max_tokens=4), sleep_mode=True
+        )

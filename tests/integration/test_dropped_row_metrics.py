@@ -6,7 +6,7 @@ import pytest
 
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.tiny_model import build_tiny_tokenizer
-from maxent_grpo.trainer import NoUsableGenerationError
+from maxent_grpo.training.empty_batches import NoUsableGenerationError
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 

@@ -20,7 +20,7 @@ import torch
 from trl import GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.trainer import NoUsableGenerationError
+from maxent_grpo.training.empty_batches import NoUsableGenerationError
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 

@@ -9,7 +9,7 @@ import torch
 from datasets import Dataset
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.trainer import CONTROLLER_STATE_FILE
+from maxent_grpo.training.checkpoints.extra_state import CONTROLLER_STATE_FILE
 from tests.support.tagged_backend import TaggedBackend, assert_row_aligned
 from tests.support.training import tiny_config, tiny_model_and_tokenizer
 

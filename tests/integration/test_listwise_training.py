@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 
 from maxent_grpo import Completion, MaxEntGRPOTrainer
 from maxent_grpo.rewards import vowel_start_reward
-from maxent_grpo.trainer import CONTROLLER_STATE_FILE
+from maxent_grpo.training.checkpoints.extra_state import CONTROLLER_STATE_FILE
 from tests.support.training import tiny_config, tiny_model_and_tokenizer
 
 pytestmark = pytest.mark.slow

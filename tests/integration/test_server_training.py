@@ -8,8 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from maxent_grpo import Completion, MaxEntGRPOTrainer, VLLMServerBackend
-from tests.support.server_process import run_test_server
+from maxent_grpo import Completion, MaxEntGRPOTrainer, SamplingSettings, VLLMServerBackend
+from maxent_grpo.training.generation.backends.selection import build_backend
+from tests.support.stand_in_vllm.process import run_test_server
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, tiny_model_and_tokenizer
 
@@ -31,7 +32,7 @@ def test_training_through_faulty_server(tmp_path, tiny_model_dir):
         backend = VLLMServerBackend(
             base_url,
             tokenizer=tokenizer,
-            max_tokens=8,
+            sampling=SamplingSettings(max_tokens=8),
             request_timeout=20.0,
             max_attempts=3,
             backoff_seconds=0.01,
@@ -98,7 +99,9 @@ def test_importance_sampling_survives_missing_and_nan_logprobs_from_the_server(t
     model, tokenizer = tiny_model_and_tokenizer()
     flags = ("--null-logprobs-rate", "0.2", "--nan-logprobs-rate", "0.5", "--seed", "2")
     with run_test_server(*flags, model_dir=tiny_model_dir) as base_url:
-        backend = VLLMServerBackend(base_url, tokenizer=tokenizer, max_tokens=8, backoff_seconds=0.01)
+        backend = VLLMServerBackend(
+            base_url, tokenizer=tokenizer, sampling=SamplingSettings(max_tokens=8), backoff_seconds=0.01
+        )
         trainer = MaxEntGRPOTrainer(
             model=model,
             reward_funcs=AlignedTextReward(),
@@ -160,7 +163,7 @@ def test_vllm_structured_outputs_regex_constrains_what_the_server_backend_genera
         # The backend `use_vllm=True, vllm_mode="server"` builds, TRL's weight sync stubbed (no vLLM installed here).
         trainer.use_vllm, trainer.vllm_mode = True, "server"
         trainer.vllm_generation = SimpleNamespace(sync_weights=lambda: None)
-        trainer.generation_backend = trainer._default_backend()
+        trainer.generation_backend = build_backend(trainer)
         assert isinstance(trainer.generation_backend, VLLMServerBackend)
         trainer.train()
     assert len(seen) == 4 and any(seen)

@@ -1,7 +1,8 @@
-"""`VLLMServerBackend` against a real server process (tests/support/vllm_test_server.py), one per fault setting."""
+"""`VLLMServerBackend` against a real server process (tests/support/stand_in_vllm/server.py), one per fault setting."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -14,15 +15,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.backends.sampling import SamplingSettings
 from maxent_grpo.training.generation.backends.vllm_server import (
     VLLMServerBackend,
     VLLMServerRequestError,
     VLLMServerUnavailableError,
 )
 from maxent_grpo.training.generation.collect import collect_completion_groups
-from maxent_grpo.training.generation.step import Collectives, GenerationStep
-from tests.support.server_process import run_test_servers
+from maxent_grpo.training.generation.step import GenerationStep
+from tests.support.stand_in_vllm.process import run_test_servers
 
 LOGGER = "maxent_grpo.training.generation.backends.vllm_server"
 MAX_TOKENS = 6
@@ -64,15 +67,15 @@ def backend_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     return caplog
 
 
+SAMPLING_FIELDS = {field.name for field in dataclasses.fields(SamplingSettings)}
+
+
 def make_backend(url: str, tokenizer: PreTrainedTokenizerBase, **overrides: object) -> VLLMServerBackend:
-    settings: dict = {
-        "max_tokens": MAX_TOKENS,
-        "backoff_seconds": 0.01,
-        "request_timeout": 20.0,
-        "connection_timeout": 10.0,
-        **overrides,
-    }
-    return VLLMServerBackend(url, tokenizer=tokenizer, **settings)
+    """A backend on ``url``; ``overrides`` are backend arguments and `SamplingSettings` fields alike."""
+    sampling: dict = {"max_tokens": MAX_TOKENS} | {k: v for k, v in overrides.items() if k in SAMPLING_FIELDS}
+    settings: dict = {"backoff_seconds": 0.01, "request_timeout": 20.0, "connection_timeout": 10.0}
+    settings |= {k: v for k, v in overrides.items() if k not in SAMPLING_FIELDS}
+    return VLLMServerBackend(url, tokenizer=tokenizer, sampling=SamplingSettings(**sampling), **settings)
 
 
 def messages(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from transformers import LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
 
-from tests.support.vllm_test_server import RegexPrefixProcessor
+from tests.support.stand_in_vllm.server import RegexPrefixProcessor
 
 
 @dataclass

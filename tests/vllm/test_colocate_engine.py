@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
-from maxent_grpo import MaxEntGRPOTrainer, VLLMColocateBackend
+from maxent_grpo import MaxEntGRPOTrainer, SamplingSettings, VLLMColocateBackend
 from maxent_grpo.training.generation.backends.colocate_engine import ReloadWeightSync
 from tests.support.training import letter_dataset, tiny_config
 
@@ -141,8 +141,7 @@ def test_structured_outputs_regex_constrains_the_real_engine(trained):
     backend = VLLMColocateBackend(
         trainer.vllm_generation.llm,
         trainer.processing_class,
-        max_tokens=6,
-        structured_outputs_regex="[ab]{3}",
+        sampling=SamplingSettings(max_tokens=6, structured_outputs_regex="[ab]{3}"),
     )
     groups = backend.generate(["p1:", "p2:"], [3, 3])
     texts = [completion.text for group in groups for completion in group]

@@ -9,8 +9,8 @@ import pytest
 from transformers import TrainerCallback
 
 from maxent_grpo import MaxEntGRPOTrainer
+from tests.support.real_vllm_server import VLLMServerProcess
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
-from tests.support.vllm_server import VLLMServerProcess
 from tests.vllm.test_server_process import StepLogs, model_and_tokenizer, server_backend
 
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-from maxent_grpo import MaxEntGRPOTrainer, VLLMServerBackend
+from maxent_grpo import MaxEntGRPOTrainer, SamplingSettings, VLLMServerBackend
 from tests.support.chat import chat_dataset
+from tests.support.real_vllm_server import running_vllm_server
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
-from tests.support.vllm_server import running_vllm_server
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,8 @@ def model_and_tokenizer(model_dir):
 
 
 def server_backend(url, tokenizer, **overrides):
-    return VLLMServerBackend(url, tokenizer=tokenizer, **{"max_tokens": 8, "request_timeout": 30.0, **overrides})
+    sampling = SamplingSettings(max_tokens=8)
+    return VLLMServerBackend(url, tokenizer=tokenizer, sampling=sampling, **{"request_timeout": 30.0, **overrides})
 
 
 def chat_reward(prompts, completions, **kwargs):

@@ -131,8 +131,8 @@ class Interrupted(Exception):
 def _run(trainer: MaxEntGRPOTrainer, config: MaxEntGRPOConfig) -> None:
     """Train and save the final model, turning the ways a run can end badly into one-line errors."""
     from maxent_grpo.cli.interruption import interrupted_message
-    from maxent_grpo.trainer import NoUsableGenerationError
     from maxent_grpo.training.checkpoints.save_errors import WRITE_ERRORS, SaveError, save_error
+    from maxent_grpo.training.empty_batches import NoUsableGenerationError
 
     try:
         trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)

@@ -58,6 +58,30 @@ class RefillOutcome:
     generated_groups: int
     groups_with_signal: int
 
+    def metrics(self) -> dict[str, float]:
+        """The `dynamic_sampling/*` values to log for this step."""
+        return {
+            "dynamic_sampling/filtered_groups": float(self.filtered_groups),
+            "dynamic_sampling/rounds": float(self.rounds),
+            "dynamic_sampling/generated_groups": self.generated_groups / max(self.groups_with_signal, 1),
+        }
+
+
+def merge_extra_logs(
+    earlier: dict[str, list[Any]], fresh: dict[str, list[Any]], rows_to_score: Sequence[bool]
+) -> dict[str, list[Any]]:
+    """The extra columns reward functions logged (``log_extra``), per row from the round that scored it: ``fresh``
+    for the rows scored this round, ``earlier`` for the others (None where neither has a value)."""
+    num_rows = len(rows_to_score)
+    merged = {}
+    for column in set(earlier) | set(fresh):
+        new_values = fresh.get(column) or [None] * num_rows
+        old_values = earlier.get(column) or [None] * num_rows
+        merged[column] = [
+            new if scored else old for new, old, scored in zip(new_values, old_values, rows_to_score, strict=True)
+        ]
+    return merged
+
 
 class DynamicSampler:
     """Runs the refill loop for one trainer; see the module docstring.

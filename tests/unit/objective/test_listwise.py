@@ -1,28 +1,25 @@
-"""`ListwiseObjective` on a scored batch: which rows are candidates, and what the beta controller keeps."""
+"""`ListwiseObjective` on a typed rollout batch: which rows are candidates, and what the beta controller keeps."""
 
 from __future__ import annotations
-
-from collections import defaultdict
-from types import SimpleNamespace
 
 import pytest
 import torch
 
+from maxent_grpo.collectives import Collectives
 from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.objective.controllers import BetaController, TauController
-from maxent_grpo.objective.listwise import ListwiseObjective
+from maxent_grpo.objective.listwise import ListwiseObjective, RolloutBatch
 
 GROUP_SIZE = 4
 
 
-class MirroredAccelerator:
-    """Process 1 of two processes that hold identical rows: a gather stacks the local tensor twice."""
-
-    process_index = 1
-
-    @staticmethod
-    def gather(tensor: torch.Tensor) -> torch.Tensor:
-        return torch.cat([tensor, tensor])
+#: Process 1 of two processes that hold identical rows: a gather stacks the local values twice.
+MIRRORED = Collectives(
+    process_index=1,
+    device=torch.device("cpu"),
+    gather=lambda tensor: torch.cat([tensor, tensor]),
+    gather_object=lambda values: [*values, *values],
+)
 
 
 def _objective(*, tau: float, beta: float, kl_target: float | None = None) -> ListwiseObjective:
@@ -37,19 +34,22 @@ def _objective(*, tau: float, beta: float, kl_target: float | None = None) -> Li
     )
 
 
-def _trainer(rewards: list[float], beta: float) -> SimpleNamespace:
-    """The attributes `ListwiseObjective.advantages` reads, for one local group of `rewards` (mirrored globally)."""
-    return SimpleNamespace(
-        accelerator=MirroredAccelerator(),
-        num_generations=GROUP_SIZE,
-        num_generations_eval=GROUP_SIZE,
-        _last_rewards_per_func=torch.tensor(rewards * 2).unsqueeze(1),
+def _batch(rewards: list[float], beta: float, output: dict[str, torch.Tensor]) -> RolloutBatch:
+    """A training batch of one local group of ``rewards`` (mirrored globally) with ``output``'s masks."""
+    mask = output["completion_mask"] * output.get("tool_mask", 1)
+    return RolloutBatch(
+        rewards_per_func=torch.tensor(rewards * 2).unsqueeze(1),
         reward_weights=torch.ones(1),
-        _global_row_keep=None,
+        row_keep=None,
+        completion_mask=mask,
+        completion_ids=torch.ones_like(mask),
+        texts=["x"] * len(rewards),
+        ref_per_token_logps=output.get("ref_per_token_logps"),
+        group_size=GROUP_SIZE,
         beta=beta,
-        _last_completion_texts=["x"] * len(rewards),
-        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
-        _logs={"advantages": []},
+        training=True,
+        global_step=0,
+        max_steps=10,
     )
 
 
@@ -61,10 +61,10 @@ def test_a_row_without_unmasked_tokens_is_no_candidate(beta: float) -> None:
     output = {"completion_mask": completion_mask, "ref_per_token_logps": torch.full((4, 3), -4.5)}
     if beta == 0:
         del output["ref_per_token_logps"]  # TRL computes no reference log-probs without beta
-    trainer = _trainer([6.0, 2.0, 7.0, 1.0], beta)
     tau = 0.1
 
-    advantages = _objective(tau=tau, beta=beta).advantages(trainer, output, "train")
+    step = _objective(tau=tau, beta=beta).step(_batch([6.0, 2.0, 7.0, 1.0], beta, output), MIRRORED)
+    advantages = step.advantages
 
     # The three real candidates share one reference term, so it cancels: w = softmax(r / (tau + beta)).
     weights = torch.softmax(torch.tensor([2.0, 7.0, 1.0]) / (tau + beta), dim=0)
@@ -78,7 +78,7 @@ def test_tool_mask_counts_towards_the_unmasked_tokens() -> None:
         "completion_mask": torch.ones(4, 2, dtype=torch.long),
         "tool_mask": torch.tensor([[1, 1], [0, 0], [1, 0], [1, 1]]),
     }
-    advantages = _objective(tau=1.0, beta=0.0).advantages(_trainer([1.0, 9.0, 0.0, 2.0], 0.0), output, "train")
+    advantages = _objective(tau=1.0, beta=0.0).step(_batch([1.0, 9.0, 0.0, 2.0], 0.0, output), MIRRORED).advantages
     assert advantages[1] == 0
     assert advantages[[0, 2, 3]].abs().min() > 0
     assert abs(advantages.sum().item()) < 1e-5
@@ -92,12 +92,12 @@ def test_kl_values_are_kept_only_for_the_beta_controller() -> None:
     assert fixed._kl_values == []
 
     adaptive = _objective(tau=1.0, beta=0.1, kl_target=0.1)
-    trainer = _trainer([1.0, 2.0, 3.0, 4.0], 0.1)
     for _ in range(3):
         adaptive.observe_kl(0.3)
-    adaptive.advantages(trainer, output, "train")
+    step = adaptive.step(_batch([1.0, 2.0, 3.0, 4.0], 0.1, output), MIRRORED)
     assert adaptive._kl_values == []
-    assert trainer.beta > 0.1  # the measured KL was above target
+    assert step.beta > 0.1  # the measured KL was above target
+    assert step.metrics["maxent/beta"] == 0.1  # the batch was scored with the beta it had
 
 
 @pytest.mark.parametrize(
@@ -109,9 +109,9 @@ def test_kl_values_are_kept_only_for_the_beta_controller() -> None:
         ({"maxent_tau": 0.25, "maxent_mode_probability": "count"}, False),
     ],
 )
-def test_policy_mode_probability_with_a_fixed_tau_warns(tmp_path, caplog, settings, warns) -> None:
+def test_policy_mode_probability_with_a_fixed_tau_warns(tmp_path, caplog, tiny_tokenizer, settings, warns) -> None:
     fields = {"maxent_objective": "listwise", "maxent_mode_key": "last_line", "maxent_mode_probability": "policy"}
     args = MaxEntGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **{**fields, **settings})
     with caplog.at_level("WARNING", logger="maxent_grpo.objective.listwise"):
-        ListwiseObjective.from_config(args)
+        ListwiseObjective.from_config(args, tokenizer=tiny_tokenizer)
     assert ("anneal tau to near 0" in caplog.text) is warns

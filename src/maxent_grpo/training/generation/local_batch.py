@@ -6,13 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from maxent_grpo.training.generation.backends.protocol import Completion, GenerationBackend
-from maxent_grpo.training.generation.collect import (
-    STAT_KEYS,
-    AnyProcess,
-    CompletionCheck,
-    collect_completion_groups,
-)
+from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.collect import STAT_KEYS, CollectedGroups
 
 
 @dataclass
@@ -41,30 +36,9 @@ class LocalBatch:
         self.groups = [[] for _ in self.runs]
         self.complete = [False] * len(self.runs)
 
-    def collect(
-        self,
-        backend: GenerationBackend,
-        run_indices: Sequence[int],
-        *,
-        retry_limit: int,
-        check: CompletionCheck,
-        any_process: AnyProcess,
-        deadline: float | None,
-    ) -> None:
-        """(Re)collect the groups of the given runs, replacing what they held.
-
-        Collective: every process calls it at the same point, with its own (possibly empty) ``run_indices``. No retry
-        round starts once any process is past its ``deadline`` (a `time.monotonic` instant, or None).
-        """
-        collected = collect_completion_groups(
-            backend,
-            [self.prompts[self.runs[i].start] for i in run_indices],
-            [len(self.runs[i]) for i in run_indices],
-            retry_limit=retry_limit,
-            check=check,
-            any_process=any_process,
-            deadline=deadline,
-        )
+    def merge(self, run_indices: Sequence[int], collected: CollectedGroups) -> None:
+        """Make ``collected`` (one collection, its groups in the order of ``run_indices``) the groups of those runs,
+        and add its counters to the step's."""
         for position, index in enumerate(run_indices):
             self.groups[index] = collected.groups[position]
             self.complete[index] = collected.complete[position]

@@ -21,36 +21,13 @@ from typing import Any
 
 import torch
 
+from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, RefillOutcome
 from maxent_grpo.training.generation.backends.protocol import GenerationBackend
-from maxent_grpo.training.generation.collect import STAT_KEYS, CompletionCheck
+from maxent_grpo.training.generation.collect import STAT_KEYS, CompletionCheck, collect_completion_groups
 from maxent_grpo.training.generation.helpers import determine_retry_limit
 from maxent_grpo.training.generation.local_batch import LocalBatch
 from maxent_grpo.training.generation.rows import GeneratedRows, assemble_rows, local_runs
-
-
-@dataclass(frozen=True)
-class Collectives:
-    """The collective operations a generation step needs; every process calls them in the same order.
-
-    Attributes:
-        process_index: this process's rank.
-        device: where tensors handed to ``gather`` live (the backend of the process group decides).
-        gather: concatenates a tensor along dim 0 over processes (identity with one process).
-    """
-
-    process_index: int
-    device: torch.device
-    gather: Callable[[torch.Tensor], torch.Tensor]
-
-    @classmethod
-    def of(cls, accelerator: Any) -> Collectives:
-        """The collectives of an `accelerate.Accelerator`."""
-        return cls(accelerator.process_index, accelerator.device, accelerator.gather)
-
-    def any(self, flag: bool) -> bool:
-        """True when ``flag`` is True on any process."""
-        return bool(self.gather(torch.tensor([int(flag)], device=self.device)).any())
 
 
 @dataclass(frozen=True)
@@ -128,16 +105,21 @@ class GenerationStep:
         return batch
 
     def recollect(self, batch: LocalBatch, run_indices: Sequence[int]) -> None:
-        """Collect the given runs again (collective: a process with no run to collect still takes part)."""
+        """Collect the given runs again (collective: a process with no run to collect still takes part).
+
+        No retry round starts once any process is past the step's deadline."""
+        run_indices = list(run_indices)
         with self._backend_deadline():
-            batch.collect(
+            collected = collect_completion_groups(
                 self.backend,
-                list(run_indices),
+                [batch.prompts[batch.runs[i].start] for i in run_indices],
+                [len(batch.runs[i]) for i in run_indices],
                 retry_limit=self.retry_limit,
                 check=self.check,
                 any_process=self.collectives.any,
                 deadline=self.deadline,
             )
+        batch.merge(run_indices, collected)
 
     @contextmanager
     def _backend_deadline(self) -> Iterator[None]:

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from maxent_grpo import Completion
+from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.generation.collect import collect_completion_groups
-from maxent_grpo.training.generation.step import Collectives, GenerationStep
+from maxent_grpo.training.generation.step import GenerationStep
 
 
 class FlakyBackend:

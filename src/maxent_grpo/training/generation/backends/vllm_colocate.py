@@ -25,17 +25,15 @@ class LLMEngine(Protocol):
     def generate(self, prompts: list[dict[str, Any]], sampling_params: Any, use_tqdm: bool = ...) -> list[Any]: ...
 
 
-def _to_engine_params(
-    settings: SamplingSettings, n: int, extra: dict[str, Any], structured_outputs_regex: str | None
-) -> Any:
+def _to_engine_params(settings: SamplingSettings, n: int) -> Any:
     """Real `vllm.SamplingParams` when vLLM is importable, else a namespace with the same fields (for test engines).
 
     As in TRL's `VLLMGeneration`, ``structured_outputs_regex`` becomes ``structured_outputs`` (taking precedence over
     one in ``extra``), and a ``structured_outputs`` dict becomes vLLM's `StructuredOutputsParams`.
     """
-    fields = {"n": n, "logprobs": 0, **settings.as_dict(), **extra}
-    if structured_outputs_regex is not None:
-        fields["structured_outputs"] = {"regex": structured_outputs_regex}
+    fields = {"n": n, "logprobs": 0, **settings.sampling_fields(), **settings.generation_kwargs}
+    if settings.structured_outputs_regex is not None:
+        fields["structured_outputs"] = {"regex": settings.structured_outputs_regex}
     if importlib.util.find_spec("vllm") is None:
         return SimpleNamespace(**fields)
     from vllm import SamplingParams
@@ -95,15 +93,7 @@ class VLLMColocateBackend:
         engine: LLMEngine,
         tokenizer: PreTrainedTokenizerBase,
         *,
-        max_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        generation_kwargs: dict[str, Any] | None = None,
-        chat_template_kwargs: dict[str, Any] | None = None,
-        structured_outputs_regex: str | None = None,
+        sampling: SamplingSettings,
         weight_sync: Callable[[], None] | None = None,
         sleep_mode: bool = False,
         max_model_len: int | None = None,
@@ -112,24 +102,15 @@ class VLLMColocateBackend:
             raise ValueError("sleep_mode needs weight_sync: a sleeping engine discards its weights")
         self.engine = engine
         self.tokenizer = tokenizer
-        self.chat_template_kwargs = chat_template_kwargs or {}
         self.weight_sync = weight_sync
-        self._settings = SamplingSettings(
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            min_p=min_p,
-            repetition_penalty=repetition_penalty,
-        )
-        self._extra = dict(generation_kwargs or {})
-        self.structured_outputs_regex = structured_outputs_regex
-        if structured_outputs_regex is not None and self._extra.get("structured_outputs") is not None:
+        self.sampling = sampling
+        extra_structured = sampling.generation_kwargs.get("structured_outputs")
+        if sampling.structured_outputs_regex is not None and extra_structured is not None:
             logger.warning(
                 "Both structured_outputs_regex and generation_kwargs['structured_outputs'] are set; "
                 "structured_outputs_regex takes precedence."
             )
-        self.wants_logprobs = self._extra.get("logprobs", 0) is not None
+        self.wants_logprobs = sampling.wants_logprobs
         self.sleep_mode = sleep_mode
         self.max_model_len = max_model_len
         self._weights_discarded = sleep_mode  # TRL puts a sleep-mode engine to sleep (level 2) once it is built
@@ -155,15 +136,13 @@ class VLLMColocateBackend:
         asked = [i for i, count in enumerate(counts) if count > 0]
         if not asked:
             return groups
-        encoded = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.chat_template_kwargs)
+        encoded = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.sampling.chat_template_kwargs)
         fitting = [(i, ids) for i, ids in zip(asked, encoded, strict=True) if self._fits(ids)]
         if not fitting:
             return groups
         asked = [i for i, _ in fitting]
         requests = [{"prompt_token_ids": ids} for _, ids in fitting]
-        params = [
-            _to_engine_params(self._settings, counts[i], self._extra, self.structured_outputs_regex) for i in asked
-        ]
+        params = [_to_engine_params(self.sampling, counts[i]) for i in asked]
         outputs = self.engine.generate(requests, sampling_params=params, use_tqdm=False)
         for index, output in zip(asked, outputs, strict=True):
             used_prompt_ids = [int(t) for t in output.prompt_token_ids]

@@ -91,15 +91,6 @@ class VLLMServerUnavailableError(ConnectionError):
         )
 
 
-def _check_kwargs(name: str, value: Any) -> dict[str, Any]:
-    """Return a copy of an optional keyword dict, or raise ValueError if it is not a dict."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{name} must be a dict or None, got {value!r}")
-    return dict(value)
-
-
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -159,15 +150,12 @@ class VLLMServerBackend:
     Args:
         base_url: server root, e.g. ``http://host:8000`` (without ``/v1``).
         tokenizer: the training tokenizer; ``len(tokenizer)`` is the vocabulary completions are checked against.
-        max_tokens: completion length cap, >= 1.
-        temperature, top_p, top_k, min_p, repetition_penalty: vLLM sampling parameters (``top_k`` 0 or -1 = off).
-        generation_kwargs: extra request fields, sent as-is and overriding the ones above (``seed``, ``logprobs``,
-            ``model`` to address a LoRA adapter by name, ...). The fields that shape the answer (``prompt``, ``n``,
-            ``return_token_ids``, ``return_tokens_as_token_ids``, ``stream``) are refused.
-        chat_template_kwargs: passed to the chat template for conversational prompts.
-        structured_outputs_regex: a regular expression every completion must match (TRL's
-            ``vllm_structured_outputs_regex``), sent as ``structured_outputs: {"regex": ...}`` the way TRL's
-            `VLLMClient` sends it; a ``structured_outputs`` field in ``generation_kwargs`` overrides it, as there.
+        sampling: how to sample (`SamplingSettings`). Its ``generation_kwargs`` are extra request fields, sent as-is
+            and overriding the others (``seed``, ``logprobs``, ``model`` to address a LoRA adapter by name, ...); the
+            fields that shape the answer (``prompt``, ``n``, ``return_token_ids``, ``return_tokens_as_token_ids``,
+            ``stream``) are refused. Its ``structured_outputs_regex`` is sent as ``structured_outputs: {"regex": ...}``
+            the way TRL's `VLLMClient` sends it; a ``structured_outputs`` field in ``generation_kwargs`` overrides it,
+            as there.
         request_timeout: seconds one request may take, from connecting to the last byte of the answer (a server
             that trickles its answer is cut off too). TRL's client sets no timeout, so a stalled server hangs training
             forever; here the request fails as an infrastructure failure and is retried.
@@ -199,15 +187,7 @@ class VLLMServerBackend:
         base_url: str,
         *,
         tokenizer: PreTrainedTokenizerBase,
-        max_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        generation_kwargs: dict[str, Any] | None = None,
-        chat_template_kwargs: dict[str, Any] | None = None,
-        structured_outputs_regex: str | None = None,
+        sampling: SamplingSettings,
         request_timeout: float = 120.0,
         max_attempts: int = 3,
         backoff_seconds: float = 1.0,
@@ -219,33 +199,22 @@ class VLLMServerBackend:
             raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
         if tokenizer is None:
             raise ValueError("tokenizer must be the training tokenizer, got None")
-        if structured_outputs_regex is not None and not isinstance(structured_outputs_regex, str):
-            raise ValueError(f"structured_outputs_regex must be a string or None, got {structured_outputs_regex!r}")
         if weight_sync is not None and not callable(weight_sync):
             raise ValueError(f"weight_sync must be a callable taking no arguments or None, got {weight_sync!r}")
         self.base_url = base_url.rstrip("/")
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
-        self.sampling = SamplingSettings(
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            min_p=min_p,
-            repetition_penalty=repetition_penalty,
-        ).as_dict()
-        self.generation_kwargs = _check_kwargs("generation_kwargs", generation_kwargs)
-        reserved = sorted(_RESERVED_REQUEST_FIELDS & self.generation_kwargs.keys())
+        reserved = sorted(_RESERVED_REQUEST_FIELDS & sampling.generation_kwargs.keys())
         if reserved:
             raise ValueError(
-                f"generation_kwargs must not set {reserved}: the backend sets them itself, got {generation_kwargs!r}"
+                f"generation_kwargs must not set {reserved}: the backend sets them itself, got "
+                f"{sampling.generation_kwargs!r}"
             )
-        self.chat_template_kwargs = _check_kwargs("chat_template_kwargs", chat_template_kwargs)
-        self.structured_outputs = (
-            {} if structured_outputs_regex is None else {"structured_outputs": {"regex": structured_outputs_regex}}
-        )
+        self.sampling = sampling
+        regex = sampling.structured_outputs_regex
+        self.structured_outputs = {} if regex is None else {"structured_outputs": {"regex": regex}}
         # Logprobs are asked for (``logprobs: 0``, the sampled token's) unless `generation_kwargs` turns them off.
-        self.wants_logprobs = self.generation_kwargs.get("logprobs", 0) is not None
+        self.wants_logprobs = sampling.wants_logprobs
         self.request_timeout = check_number("request_timeout", request_timeout, low=0.0, low_open=True)
         self.max_attempts = check_int("max_attempts", max_attempts, low=1)
         self.backoff_seconds = check_number("backoff_seconds", backoff_seconds, low=0.0)
@@ -278,7 +247,7 @@ class VLLMServerBackend:
         if self._time_left() <= 0:
             self._out_of_time(f"{len(asked)} prompt(s) not sent", len(asked))
             return groups
-        prompt_ids = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.chat_template_kwargs)
+        prompt_ids = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.sampling.chat_template_kwargs)
         model = self._ensure_model()
         if model is None:
             return groups
@@ -457,12 +426,12 @@ class VLLMServerBackend:
             "model": model,
             "prompt": prompt_ids,
             "n": count,
-            **self.sampling,
+            **self.sampling.sampling_fields(),
             "logprobs": 0,
             **self.structured_outputs,
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
-            **self.generation_kwargs,
+            **self.sampling.generation_kwargs,
         }
         answer = self._send("POST", _COMPLETIONS_PATH, payload)
         if answer is None:

@@ -15,7 +15,7 @@ Faults are injected on ``/v1/completions`` only (``/health`` and ``/v1/models`` 
 drawing from its own generator seeded by ``--seed`` and the request's arrival number, so a run that sends requests
 one at a time sees the same faults every time. See ``--help``.
 
-Usage: ``python tests/support/vllm_test_server.py --port 0 [--model DIR] [fault flags]``; prints ``READY <port>``
+Usage: ``python tests/support/stand_in_vllm/server.py --port 0 [--model DIR] [fault flags]``; prints ``READY <port>``
 on stdout once listening on 127.0.0.1. Test-only: not part of the runtime package.
 """
 

@@ -1,4 +1,4 @@
-"""Start `vllm_test_server.py` as a real subprocess for the duration of a test (or a module)."""
+"""Start the stand-in server (`server.py`) as a real subprocess for the duration of a test (or a module)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
 
-SERVER_SCRIPT = Path(__file__).resolve().with_name("vllm_test_server.py")
+SERVER_SCRIPT = Path(__file__).resolve().with_name("server.py")
 _GRACE_SECONDS = 5.0
 _STDERR_TAIL_CHARS = 4000
 

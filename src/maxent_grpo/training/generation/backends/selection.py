@@ -1,0 +1,70 @@
+"""The built-in backend a trainer gets when it is given none: a table from TRL's own fields to a backend.
+
+``use_vllm=False`` selects `TransformersBackend`; ``use_vllm=True`` selects by ``vllm_mode``. Each builder reads
+what it needs from the `GRPOTrainer` TRL just built (its vLLM machinery, tokenizer and sampling fields).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from maxent_grpo.training.generation.backends import colocate_engine
+from maxent_grpo.training.generation.backends.protocol import GenerationBackend
+from maxent_grpo.training.generation.backends.sampling import SamplingSettings
+from maxent_grpo.training.generation.backends.transformers_backend import TransformersBackend
+from maxent_grpo.training.generation.backends.vllm_colocate import VLLMColocateBackend
+from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
+
+
+def _transformers(trainer: Any) -> GenerationBackend:
+    return TransformersBackend(trainer)
+
+
+def _vllm_colocate(trainer: Any) -> GenerationBackend:
+    generation = trainer.vllm_generation
+    # A CPU engine gets the weights through vLLM's own reload (see `colocate_engine`), a GPU engine through TRL's.
+    on_cpu = colocate_engine.engine_on_cpu()
+    weight_sync = colocate_engine.ReloadWeightSync(generation) if on_cpu else generation.sync_weights
+    llm = generation.llm
+    return VLLMColocateBackend(
+        llm,
+        trainer._tokenizer,
+        sampling=SamplingSettings.from_trainer(trainer),
+        weight_sync=weight_sync,
+        sleep_mode=trainer.args.vllm_enable_sleep_mode,
+        max_model_len=llm.llm_engine.model_config.max_model_len,
+    )
+
+
+def _vllm_server(trainer: Any) -> GenerationBackend:
+    args = trainer.args
+    return VLLMServerBackend(
+        args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}",
+        tokenizer=trainer._tokenizer,
+        sampling=SamplingSettings.from_trainer(trainer),
+        request_timeout=args.vllm_request_timeout,
+        max_attempts=args.vllm_request_attempts,
+        connection_timeout=args.vllm_server_timeout,
+        weight_sync=trainer.vllm_generation.sync_weights,
+    )
+
+
+#: Backend name -> builder (see `backend_name`).
+BUILT_IN_BACKENDS: dict[str, Callable[[Any], GenerationBackend]] = {
+    "transformers": _transformers,
+    "vllm_colocate": _vllm_colocate,
+    "vllm_server": _vllm_server,
+}
+
+
+def backend_name(use_vllm: bool, vllm_mode: str) -> str:
+    """The built-in backend TRL's ``use_vllm`` / ``vllm_mode`` select: ``transformers``, ``vllm_colocate`` or
+    ``vllm_server``."""
+    return f"vllm_{vllm_mode}" if use_vllm else "transformers"
+
+
+def build_backend(trainer: Any) -> GenerationBackend:
+    """The built-in backend for ``trainer`` (a `GRPOTrainer` whose `__init__` has run, so its ``use_vllm`` and
+    ``vllm_mode`` are TRL's)."""
+    return BUILT_IN_BACKENDS[backend_name(trainer.use_vllm, trainer.vllm_mode)](trainer)

@@ -1,0 +1,95 @@
+"""TRL's batch metrics over kept rows only (invariant I3): what TRL computed over every row, placeholders included,
+recomputed or forgotten once a generation batch has dropped groups.
+
+Each function takes the trainer's metric store (``GRPOTrainer._metrics[mode]``: name -> list of logged values) or its
+completions table (``GRPOTrainer._logs``) and the rows' keep mask; none of them knows the trainer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from trl.trainer.utils import nanmax, nanmin, nanstd
+
+from maxent_grpo.training.kept_rows import ROW_KEEP_KEY
+
+Metrics = dict[str, list[float]]
+
+
+def forget_metrics(metrics: Metrics, names: list[str], logged_before: Mapping[str, int]) -> None:
+    """Remove the values of ``names`` logged since ``logged_before`` (a metric left without values is absent)."""
+    for name in names:
+        del metrics[name][logged_before.get(name, 0) :]
+        if not metrics[name]:
+            del metrics[name]
+
+
+def forget_unkept_batch(metrics: Metrics, logged_before: Mapping[str, int]) -> None:
+    """A batch without a single kept row: its reward and sampling metrics are absent, not NaN or 0."""
+    names = [name for name in metrics if name.startswith(("reward", "frac_reward_zero_std", "sampling/"))]
+    forget_metrics(metrics, names, logged_before)
+
+
+def restrict_zero_std_fraction(
+    metrics: Metrics,
+    rewards_per_func: torch.Tensor,
+    reward_weights: torch.Tensor,
+    global_keep: torch.Tensor,
+    group_size: int,
+) -> None:
+    """`frac_reward_zero_std` over kept groups: TRL counts a dropped (all-NaN) group as having spread.
+
+    Only for TRL's per-group reward scaling (``sum_then_normalize`` without ``scale_rewards="batch"``), G >= 2.
+    """
+    weights = reward_weights.to(rewards_per_func.device)
+    rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    std = nanstd(rewards.view(-1, group_size), dim=1)
+    group_kept = global_keep.view(-1, group_size).all(dim=1).to(std.device)
+    zero = torch.isclose(std, torch.zeros_like(std))[group_kept]
+    metrics["frac_reward_zero_std"][-1] = zero.float().mean().item()
+
+
+def restrict_sampling_metrics(
+    metrics: Metrics, output: dict[str, Any], gather: Callable[[torch.Tensor], torch.Tensor]
+) -> None:
+    """TRL's `sampling/*` statistics over kept rows, a process without any left out (TRL counts it as 0, and counts
+    a placeholder's sequence-level ratio as 1.0). Collective (one gather)."""
+    keep = output[ROW_KEEP_KEY]
+    mask = output["completion_mask"].bool() & keep.unsqueeze(1)
+    if "tool_mask" in output:
+        mask &= output["tool_mask"].bool()
+    delta = torch.abs(output["old_per_token_logps"] - output["sampling_per_token_logps"])
+    delta = delta[mask & ~torch.isnan(delta)]
+    ratio = output["importance_sampling_ratio"]
+    ratio = ratio[keep].flatten() if ratio.shape[1] == 1 else ratio[mask]
+
+    def local_stats(values: torch.Tensor, *reducers: str) -> list[torch.Tensor]:
+        if values.numel() == 0:
+            return [values.new_tensor(torch.nan) for _ in reducers]
+        return [getattr(values.float(), reducer)() for reducer in reducers]
+
+    local = torch.stack([*local_stats(delta, "mean", "max"), *local_stats(ratio, "min", "mean", "max")])
+    gathered = gather(local.unsqueeze(0).float())
+    values = {
+        "sampling/sampling_logp_difference/mean": gathered[:, 0].nanmean(),
+        "sampling/sampling_logp_difference/max": nanmax(gathered[:, 1]),
+        "sampling/importance_sampling_ratio/min": nanmin(gathered[:, 2]),
+        "sampling/importance_sampling_ratio/mean": gathered[:, 3].nanmean(),
+        "sampling/importance_sampling_ratio/max": nanmax(gathered[:, 4]),
+    }
+    for name, value in values.items():
+        metrics[name][-1] = value.item()
+
+
+def restrict_completion_logs(logs: dict[str, Any], keep: list[bool]) -> None:
+    """Forget the placeholder rows of the batch just logged in TRL's completions table (its last ``len(keep)`` rows
+    of every column)."""
+    columns = [logs["prompt"], logs["completion"], logs["advantages"], logs["images"]]
+    columns += [*logs["rewards"].values(), *logs["extra"].values()]
+    for column in columns:
+        if len(column) >= len(keep):
+            tail = [column.pop() for _ in keep][::-1]
+            column.extend(value for value, kept in zip(tail, keep, strict=True) if kept)
