@@ -23,7 +23,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
-from maxent_grpo.training.generation import local_batch
+from maxent_grpo.training.generation import step as generation_step
 
 
 def reward_num_unique_chars(completions: list[str], **kwargs: Any) -> list[float]:
@@ -36,7 +36,7 @@ class PipelineTimer:
     def __init__(self) -> None:
         self.collect_seconds = 0.0
         self.backend_seconds = 0.0
-        collect_groups = local_batch.collect_completion_groups
+        collect_groups = generation_step.collect_completion_groups
 
         def timed_collect(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
@@ -45,7 +45,7 @@ class PipelineTimer:
             finally:
                 self.collect_seconds += time.perf_counter() - start
 
-        local_batch.collect_completion_groups = timed_collect
+        generation_step.collect_completion_groups = timed_collect
 
     def time_backend(self, trainer: MaxEntGRPOTrainer) -> None:
         backend_generate = trainer.generation_backend.generate

@@ -118,9 +118,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._last_rewards_per_func: torch.Tensor | None = None
         self._empty_batches = EmptyBatchGuard(self.args.generation_max_consecutive_empty_batches)
         self._window = OptimizerWindow(self.loss_type)
-        self._check_completion = CompletionCheck(
-            len(self._tokenizer), needs_logprobs=self.use_vllm and self.vllm_importance_sampling_correction
-        )
+        self._vocab_size = len(self._tokenizer)
         self.reward_funcs = [
             func if isinstance(func, torch.nn.Module) else mask_dropped_rows(func, lambda: self._row_keep)
             for func in self.reward_funcs
@@ -185,7 +183,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._sync_backend_weights()
         step = GenerationStep(
             self.generation_backend,
-            check=self._check_completion,
+            check=CompletionCheck(
+                self._vocab_size, needs_logprobs=self.use_vllm and self.vllm_importance_sampling_correction
+            ),
             collectives=Collectives.of(self.accelerator),
             group_size=group_size,
             max_retry_rounds=self.args.generation_max_retries,

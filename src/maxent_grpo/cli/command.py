@@ -128,9 +128,20 @@ class Interrupted(Exception):
     """The run was interrupted (Ctrl-C, exit code 130); its message names the checkpoint to resume from."""
 
 
+def interrupted_message(output_dir: str) -> str:
+    """One line: interrupted, and the ``--resume_from_checkpoint`` to continue with (if any checkpoint is complete)."""
+    from transformers.trainer_utils import sort_checkpoints
+
+    from maxent_grpo.training.checkpoints.resume import is_complete
+
+    complete = [path for path in map(Path, sort_checkpoints(output_dir)) if is_complete(path)]
+    if not complete:
+        return f"interrupted before a checkpoint was saved in {output_dir!r}; nothing to resume from"
+    return f"interrupted; continue with --resume_from_checkpoint {complete[-1]}"
+
+
 def _run(trainer: MaxEntGRPOTrainer, config: MaxEntGRPOConfig) -> None:
     """Train and save the final model, turning the ways a run can end badly into one-line errors."""
-    from maxent_grpo.cli.interruption import interrupted_message
     from maxent_grpo.training.checkpoints.save_errors import WRITE_ERRORS, SaveError, save_error
     from maxent_grpo.training.empty_batches import NoUsableGenerationError
 

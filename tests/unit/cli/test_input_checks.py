@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from datasets import Dataset
 
+from maxent_grpo.cli.command import interrupted_message
 from maxent_grpo.cli.data_file_checks import check_data_file
 from maxent_grpo.cli.hub_access import looks_local
-from maxent_grpo.cli.interruption import interrupted_message
 from maxent_grpo.cli.prompt_checks import check_prompts
 from maxent_grpo.cli.usage_error import UsageError
 from maxent_grpo.training.checkpoints.resume import latest_complete_checkpoint
