@@ -27,7 +27,10 @@ def _mkdir(path: Path) -> Path:
 
 
 def _recipe_with(tmp_path: Path, extra: str) -> str:
-    return _write(tmp_path / "recipe.yaml", DEMO_RECIPE.read_text() + extra)
+    """The demo recipe with the ``field: value`` lines of ``extra`` in place of its own lines for those fields."""
+    keys = {line.partition(":")[0] for line in extra.splitlines()}
+    kept = [line for line in DEMO_RECIPE.read_text().splitlines(keepends=True) if line.partition(":")[0] not in keys]
+    return _write(tmp_path / "recipe.yaml", "".join(kept) + extra)
 
 
 def _prompts_without_prompt_column(tmp_path: Path) -> str:
@@ -146,6 +149,37 @@ CASES = [
     ),
     ("unknown-attention", lambda t: [*TRAIN, "--attn_implementation", "nope"], "attn_implementation='nope'"),
     ("unknown-dtype", lambda t: [*TRAIN, "--dtype", "float8"], "invalid choice: 'float8'"),
+    # Values refused when the config is built, not later by TRL, torch or a controller (with a traceback)
+    ("num-generations-0", lambda t: [*TRAIN, "--num_generations", "0"], "num_generations=0 is invalid"),
+    ("max-steps-0", lambda t: [*TRAIN, "--max_steps", "0"], "max_steps=0 is invalid: expected -1 or an integer >= 1"),
+    ("temperature-0", lambda t: [*TRAIN, "--temperature", "0"], "temperature=0.0 is invalid"),
+    ("top-p-above-1", lambda t: [*TRAIN, "--top_p", "1.5"], "top_p=1.5 is invalid: expected a number in (0, 1]"),
+    ("num-iterations-0", lambda t: [*TRAIN, "--num_iterations", "0"], "num_iterations=0 is invalid"),
+    ("steps-per-generation-0", lambda t: [*TRAIN, "--steps_per_generation", "0"], "steps_per_generation=0"),
+    ("epsilon-nan", lambda t: [*TRAIN, "--epsilon", "nan"], "epsilon=nan is invalid"),
+    ("controller-lr-inf", lambda t: [*TRAIN, "--maxent_tau_lr", "inf"], "maxent_tau_lr=inf is invalid"),
+    ("controller-tau-min-nan", lambda t: [*TRAIN, "--maxent_tau_min", "nan"], "maxent_tau_min=nan is invalid"),
+    (
+        "number-null-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "kl_horizon: null\n")],
+        "kl_horizon=None in recipe",
+    ),
+    (
+        "bool-null-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "dynamic_sampling: null\n")],
+        "expected a bool value, not null",
+    ),
+    (
+        "number-mapping-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "kl_ctl_step_size: {a: 1}\n")],
+        "kl_ctl_step_size={'a': 1} in recipe",
+    ),
+    (
+        "duplicate-key-in-recipe",
+        lambda t: ["train", "--config", _write(t / "r.yaml", DEMO_RECIPE.read_text() + "learning_rate: 0.5\n")],
+        "'learning_rate' is set twice (lines 18 and 27); keep one",
+    ),
+    ("misspelt-field", lambda t: [*TRAIN, "--learnin_rate", "3"], "did you mean 'learning_rate'?"),
     ("demo-steps", lambda t: ["demo", "--steps", "0"], "--steps 0"),
     ("demo-unknown-flag", lambda t: ["demo", "--fast"], "--fast"),
     ("unknown-command", lambda t: ["fly"], "'fly'"),
@@ -347,6 +381,12 @@ SUBPROCESS_CASES = [
         "logits-larger-than-memory",
         lambda t: [*TRAIN, *HUGE_BATCH],
         "the logits of one micro-batch need",
+    ),
+    ("num-generations-0-in-a-subprocess", lambda t: [*TRAIN, "--num_generations", "0"], "num_generations=0 is"),
+    (
+        "duplicate-key-in-a-subprocess",
+        lambda t: ["train", "--config", _write(t / "r.yaml", DEMO_RECIPE.read_text() + "max_steps: 3\n")],
+        "'max_steps' is set twice",
     ),
     # Misleading look-ups (item 5)
     ("dot-slash-missing-file", lambda t: [*TRAIN, "--dataset_name", "./nosuch.jsonl"], "no such file or directory"),
