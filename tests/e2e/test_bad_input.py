@@ -256,10 +256,15 @@ def _tiny_model_without_chat_template(path: Path) -> str:
     return str(path)
 
 
-def _module(path: Path, dotted_path: str) -> str:
-    """An empty module at ``path``; returns ``dotted_path``."""
-    path.write_text("")
+def _module(path: Path, dotted_path: str, source: str = "") -> str:
+    """A module at ``path`` (empty unless ``source``); returns ``dotted_path``."""
+    path.write_text(source)
     return dotted_path
+
+
+_REWARD = "def reward(completions):\n    return {}\n"
+_REWARD_KW = "def reward(completions, **kwargs):\n    return {}\n"
+_WITH_INF = "[float('inf') if i == 3 else 1.0 for i in range(len(completions))]"
 
 
 def _folder(path: Path) -> str:
@@ -296,6 +301,31 @@ SUBPROCESS_CASES = [
         "reward-model-missing",
         lambda t: [*TRAIN, "--reward_model_name_or_path", "./no-reward-model"],
         "reward model './no-reward-model': no such file or directory",
+    ),
+    (
+        "reward-module-syntax-error",
+        lambda t: [*TRAIN, "--reward_funcs", _module(t / "broken.py", "broken.reward", "def reward(:\n")],
+        "cannot import module 'broken' for reward function 'broken.reward': SyntaxError at ",
+    ),
+    (
+        "reward-module-raises-on-import",
+        lambda t: [*TRAIN, "--reward_funcs", _module(t / "boom.py", "boom:reward", "raise RuntimeError('no key')\n")],
+        "for reward function 'boom:reward': RuntimeError at ",
+    ),
+    (
+        "reward-signature-without-kwargs",
+        lambda t: [*TRAIN, "--reward_funcs", _module(t / "narrow.py", "narrow.reward", _REWARD.format("[1.0]"))],
+        "reward function reward cannot be called the way TRL calls it (got an unexpected keyword argument",
+    ),
+    (
+        "reward-returns-too-few",
+        lambda t: [*QUICK, "--reward_funcs", _module(t / "few.py", "few.reward", _REWARD_KW.format("[1.0]"))],
+        "reward function few.reward returned 1 rewards for 16 completions: expected one per completion",
+    ),
+    (
+        "reward-returns-inf",
+        lambda t: [*QUICK, "--reward_funcs", _module(t / "inf.py", "inf.reward", _REWARD_KW.format(_WITH_INF))],
+        "reward function inf.reward returned inf for completion 3: expected a finite number or None",
     ),
     # Prompts that cannot be generated from (item 2)
     (
