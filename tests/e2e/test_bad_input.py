@@ -256,6 +256,18 @@ def _tiny_model_without_chat_template(path: Path) -> str:
     return str(path)
 
 
+def _tiny_model_dir(path: Path, weights: bytes | None) -> str:
+    """The tiny model saved at ``path``, its model.safetensors replaced by ``weights`` (None: removed)."""
+    tokenizer = build_tiny_tokenizer()
+    build_tiny_model(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    if weights is None:
+        (path / "model.safetensors").unlink()
+    else:
+        (path / "model.safetensors").write_bytes(weights)
+    return str(path)
+
+
 def _module(path: Path, dotted_path: str, source: str = "") -> str:
     """A module at ``path`` (empty unless ``source``); returns ``dotted_path``."""
     path.write_text(source)
@@ -355,6 +367,16 @@ SUBPROCESS_CASES = [
         "folder-without-model-config",
         lambda t: [*TRAIN, "--model_name_or_path", _folder(t / "out")],
         "holds no config.json",
+    ),
+    (
+        "model-dir-with-corrupt-weights",
+        lambda t: [*TRAIN, "--model_name_or_path", _tiny_model_dir(t / "m", weights=b"\0" * 64)],
+        "m': model.safetensors is corrupt (Error while deserializing header",
+    ),
+    (
+        "model-dir-without-weights",
+        lambda t: [*TRAIN, "--model_name_or_path", _tiny_model_dir(t / "m", weights=None)],
+        "the directory holds no weights",
     ),
     ("max-completion-length-0", lambda t: [*TRAIN, "--max_completion_length", "0"], "max_completion_length=0"),
     ("negative-learning-rate", lambda t: [*TRAIN, "--learning_rate", "-0.01"], "learning_rate=-0.01 is invalid"),

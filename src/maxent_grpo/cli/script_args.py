@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 from datasets import Dataset, IterableDataset, load_dataset
-from transformers import AutoConfig
 from transformers.utils import is_bitsandbytes_available, is_peft_available
 from trl import ModelConfig, ScriptArguments, get_peft_config, get_quantization_config
 
+from maxent_grpo.cli.model_dir_checks import check_architecture, check_model_dir, load_model_config
 from maxent_grpo.cli.reward_contract import TRL_REWARD_KWARGS, check_signature
 from maxent_grpo.cli.usage_error import UsageError
 from maxent_grpo.config import MaxEntGRPOConfig
@@ -265,12 +265,10 @@ def load_model(model_args: ModelConfig, config: MaxEntGRPOConfig) -> dict[str, A
     local = Path(name).expanduser()
     if name.startswith((".", "/", "~")) and not local.is_dir():
         raise UsageError(f"cannot load model {name!r}: no such directory")
-    try:
-        AutoConfig.from_pretrained(
-            name, revision=model_args.model_revision, trust_remote_code=config.trust_remote_code
-        )
-    except OSError as error:  # neither a local model directory nor a reachable Hub model (or revision)
-        raise UsageError(f"cannot load model {name!r}: {error}") from error
+    model_config = load_model_config(name, model_args.model_revision, config.trust_remote_code)
+    check_architecture(name, model_config, model_args.attn_implementation)
+    if local.is_dir():
+        check_model_dir(name)
     config.model_init_kwargs = {
         "revision": model_args.model_revision,
         "trust_remote_code": config.trust_remote_code,
