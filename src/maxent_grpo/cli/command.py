@@ -44,6 +44,7 @@ def _train(argv: Sequence[str]) -> int:
 
     from maxent_grpo.cli import run_checks
     from maxent_grpo.cli import script_args as inputs
+    from maxent_grpo.cli.checkpoint_checks import check_checkpoint
     from maxent_grpo.cli.data_file_checks import dataset_read_errors
     from maxent_grpo.cli.line_progress import LineProgressCallback, silence_library_progress_bars
     from maxent_grpo.cli.prompt_checks import check_chat_template, check_prompts
@@ -61,6 +62,8 @@ def _train(argv: Sequence[str]) -> int:
     inputs.check_generation_backend(config)
     inputs.check_streaming(script_args, config)
     inputs.resolve_resume_checkpoint(config)
+    if config.resume_from_checkpoint is not None:
+        check_checkpoint(config.resume_from_checkpoint, config)
     run_checks.check_output_dir(config.output_dir)
     run_checks.check_report_to(config)
     dataset = _load_dataset(script_args)
