@@ -21,6 +21,7 @@ from trl import ModelConfig
 
 from maxent_grpo.cli.ansi_free_output import strip_ansi_when_redirected
 from maxent_grpo.cli.recipe import PROG, parse_train_args
+from maxent_grpo.cli.trackio_banner import say_local_trackio_logs_stay_local
 from maxent_grpo.cli.usage_error import UsageError
 
 if TYPE_CHECKING:
@@ -276,6 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=list(COMMANDS), metavar="command", help="one of the commands above")
     parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     strip_ansi_when_redirected()
+    say_local_trackio_logs_stay_local()
     argv = sys.argv[1:] if argv is None else list(argv)
     prog = PROG
     try:
