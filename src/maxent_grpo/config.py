@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from trl import GRPOConfig
 from trl.trainer.utils import get_config_model_id
+
+from maxent_grpo.field_ranges import check_field_ranges
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -27,7 +30,8 @@ class MaxEntGRPOConfig(GRPOConfig):
 
     Every field of TRL's `GRPOConfig` keeps its meaning (`beta` is the KL coefficient and, for the listwise objective,
     also the weight of the reference prior in the target). The fields below add robust generation and the MaxEnt
-    listwise objective. Invalid values raise `ValueError` naming the field, the value and the allowed range.
+    listwise objective. Invalid values raise `ValueError` naming the field, the value and the allowed range: each
+    numeric field's range (ours and the TRL fields training relies on) is in `maxent_grpo.field_ranges`.
     """
 
     # Generation robustness
@@ -190,66 +194,37 @@ class MaxEntGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        # Before TRL's own __post_init__, which divides by some of these values and derives others from them.
+        check_field_ranges(self)
         super().__post_init__()
-        self._validate()
+        self._validate_relations()
 
     def _validate(self) -> None:
-        self._validate_trl_fields()
-        self._validate_generation_fields()
-        self._validate_dynamic_sampling_fields()
-        self._validate_maxent_fields()
+        check_field_ranges(self)
+        self._validate_relations()
 
-    def _validate_trl_fields(self) -> None:
-        """TRL fields that TRL checks only once training has started (or never)."""
-        if not (self.beta >= 0 and math.isfinite(self.beta)):
-            _fail("beta", self.beta, "a finite number >= 0 (the KL coefficient)")
-        if not (self.learning_rate >= 0 and math.isfinite(self.learning_rate)):
-            _fail("learning_rate", self.learning_rate, "a finite number >= 0")
-        if self.per_device_train_batch_size < 1:
-            _fail("per_device_train_batch_size", self.per_device_train_batch_size, "an integer >= 1")
-        if self.max_completion_length is not None and self.max_completion_length < 1:
-            _fail("max_completion_length", self.max_completion_length, "an integer >= 1")
-
-    def _validate_generation_fields(self) -> None:
-        if self.generation_max_retries is not None and self.generation_max_retries < 0:
-            _fail("generation_max_retries", self.generation_max_retries, "None or an integer >= 0")
-        if self.generation_max_consecutive_empty_batches < 1:
-            _fail(
-                "generation_max_consecutive_empty_batches",
-                self.generation_max_consecutive_empty_batches,
-                "an integer >= 1",
-            )
-        if self.generation_step_timeout is not None and not (
-            self.generation_step_timeout > 0 and math.isfinite(self.generation_step_timeout)
+    def _validate_relations(self) -> None:
+        """The choices of the string fields, and the rules that tie fields together (each field's own range is in
+        `FIELD_RANGES`)."""
+        if self.reward_weights is not None and not all(
+            isinstance(weight, numbers.Real) and not isinstance(weight, bool) and math.isfinite(weight)
+            for weight in self.reward_weights
         ):
-            _fail("generation_step_timeout", self.generation_step_timeout, "None or a finite number of seconds > 0")
-        if not self.vllm_request_timeout > 0:
-            _fail("vllm_request_timeout", self.vllm_request_timeout, "a number of seconds > 0")
-        if self.vllm_request_attempts < 1:
-            _fail("vllm_request_attempts", self.vllm_request_attempts, "an integer >= 1")
+            _fail("reward_weights", self.reward_weights, "None or a list of finite numbers")
+        if self.entropy_coef_max < self.entropy_coef_min:
+            _fail("entropy_coef_max", self.entropy_coef_max, f"a number >= entropy_coef_min ({self.entropy_coef_min})")
         if self.vllm_dtype not in VLLM_DTYPES:
             _fail("vllm_dtype", self.vllm_dtype, f"one of {VLLM_DTYPES}")
-
-    def _validate_dynamic_sampling_fields(self) -> None:
-        if self.dynamic_sampling_max_rounds < 1:
-            _fail("dynamic_sampling_max_rounds", self.dynamic_sampling_max_rounds, "an integer >= 1")
         if self.dynamic_sampling_at_cap not in ("train", "error"):
             _fail("dynamic_sampling_at_cap", self.dynamic_sampling_at_cap, "'train' or 'error'")
         if not self.dynamic_sampling_metric:
             _fail("dynamic_sampling_metric", self.dynamic_sampling_metric, "'sum' or a reward function name")
+        self._validate_maxent_relations()
 
-    def _validate_maxent_fields(self) -> None:
+    def _validate_maxent_relations(self) -> None:
         if self.maxent_objective not in OBJECTIVES:
             _fail("maxent_objective", self.maxent_objective, f"one of {OBJECTIVES}")
-        if not (self.maxent_tau >= 0 and math.isfinite(self.maxent_tau)):
-            _fail("maxent_tau", self.maxent_tau, "a finite number >= 0")
-        if not (self.maxent_q_temperature > 0 and math.isfinite(self.maxent_q_temperature)):
-            _fail("maxent_q_temperature", self.maxent_q_temperature, "a finite number > 0")
-        if not 0 <= self.maxent_q_epsilon < 1:
-            _fail("maxent_q_epsilon", self.maxent_q_epsilon, "a number in [0, 1)")
         if self.maxent_tau_final is not None:
-            if not (self.maxent_tau_final > 0 and math.isfinite(self.maxent_tau_final)):
-                _fail("maxent_tau_final", self.maxent_tau_final, "None or a finite number > 0")
             if not self.maxent_tau > 0:
                 _fail("maxent_tau", self.maxent_tau, "a number > 0 when maxent_tau_final is set")
             if self.maxent_target_weight_entropy is not None:
@@ -262,14 +237,6 @@ class MaxEntGRPOConfig(GRPOConfig):
                 self.maxent_mode_probability,
                 "'count' when maxent_mode_key is None (the policy estimate weighs modes)",
             )
-        if not 0 < self.maxent_tau_anneal_fraction <= 1:
-            _fail("maxent_tau_anneal_fraction", self.maxent_tau_anneal_fraction, "a number in (0, 1]")
-        if self.maxent_target_weight_entropy is not None and self.maxent_target_weight_entropy < 0:
-            _fail("maxent_target_weight_entropy", self.maxent_target_weight_entropy, "None or a number >= 0 (nats)")
-        if not self.maxent_tau_lr > 0:
-            _fail("maxent_tau_lr", self.maxent_tau_lr, "a number > 0")
-        if self.maxent_tau_min < 0:
-            _fail("maxent_tau_min", self.maxent_tau_min, "a number >= 0")
         if self.maxent_tau_max < self.maxent_tau_min:
             _fail("maxent_tau_max", self.maxent_tau_max, f"a number >= maxent_tau_min ({self.maxent_tau_min})")
         if self.maxent_target_weight_entropy is not None and not (
@@ -281,17 +248,8 @@ class MaxEntGRPOConfig(GRPOConfig):
                 f"a number > 0 in [maxent_tau_min, maxent_tau_max] = [{self.maxent_tau_min}, {self.maxent_tau_max}] "
                 "when maxent_target_weight_entropy is set",
             )
-        if self.maxent_tau_warmup_steps < 0:
-            _fail("maxent_tau_warmup_steps", self.maxent_tau_warmup_steps, "an integer >= 0")
-        if self.kl_target is not None:
-            if not self.kl_target > 0:
-                _fail("kl_target", self.kl_target, "None or a number > 0")
-            if not self.beta > 0:
-                _fail("beta", self.beta, "a number > 0 when kl_target is set (the controller scales beta)")
-        if self.kl_horizon < 1:
-            _fail("kl_horizon", self.kl_horizon, "an integer >= 1")
-        if not 0 < self.kl_ctl_step_size <= 1:
-            _fail("kl_ctl_step_size", self.kl_ctl_step_size, "a number in (0, 1]")
+        if self.kl_target is not None and not self.beta > 0:
+            _fail("beta", self.beta, "a number > 0 when kl_target is set (the controller scales beta)")
         if self.maxent_mode_key is not None:
             from maxent_grpo.objective.mode_keys import resolve_mode_key
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import traceback
 from collections.abc import Callable
 
 
@@ -14,8 +15,9 @@ def import_callable(path: str, kind: str) -> Callable[..., object]:
         kind: what the callable is for ("mode key", "reward function"), named in error messages.
 
     Raises:
-        ValueError: a path of the wrong form, a module that cannot be imported, a missing attribute or a target
-            that is not callable; the message says which.
+        ValueError: a path of the wrong form, a module that cannot be found or fails while it is imported (the
+            message names the file and line), a missing attribute or a target that is not callable; the message says
+            which.
     """
     module_name, sep, attr_path = path.partition(":")
     if not sep:
@@ -26,6 +28,11 @@ def import_callable(path: str, kind: str) -> Callable[..., object]:
         target: object = importlib.import_module(module_name)
     except ImportError as error:
         raise ValueError(f"cannot import module {module_name!r} for {kind} {path!r}: {error}") from error
+    except Exception as error:  # the module's own code fails while it is imported: say what and where
+        raise ValueError(
+            f"cannot import module {module_name!r} for {kind} {path!r}: {type(error).__name__} at "
+            f"{_where(error)}: {error}"
+        ) from error
     for attr in attr_path.split("."):
         if not hasattr(target, attr):
             raise ValueError(f"module {module_name!r} has no attribute {attr_path!r} ({kind} {path!r})")
@@ -33,3 +40,11 @@ def import_callable(path: str, kind: str) -> Callable[..., object]:
     if not callable(target):
         raise ValueError(f"{kind} {path!r} resolves to a {type(target).__name__}, which is not callable")
     return target
+
+
+def _where(error: Exception) -> str:
+    """``file:line`` of a syntax error, or of the innermost frame the error was raised in."""
+    if isinstance(error, SyntaxError):
+        return f"{error.filename}:{error.lineno}"
+    frame = traceback.extract_tb(error.__traceback__)[-1]
+    return f"{frame.filename}:{frame.lineno}"

@@ -27,7 +27,10 @@ def _mkdir(path: Path) -> Path:
 
 
 def _recipe_with(tmp_path: Path, extra: str) -> str:
-    return _write(tmp_path / "recipe.yaml", DEMO_RECIPE.read_text() + extra)
+    """The demo recipe with the ``field: value`` lines of ``extra`` in place of its own lines for those fields."""
+    keys = {line.partition(":")[0] for line in extra.splitlines()}
+    kept = [line for line in DEMO_RECIPE.read_text().splitlines(keepends=True) if line.partition(":")[0] not in keys]
+    return _write(tmp_path / "recipe.yaml", "".join(kept) + extra)
 
 
 def _prompts_without_prompt_column(tmp_path: Path) -> str:
@@ -146,6 +149,37 @@ CASES = [
     ),
     ("unknown-attention", lambda t: [*TRAIN, "--attn_implementation", "nope"], "attn_implementation='nope'"),
     ("unknown-dtype", lambda t: [*TRAIN, "--dtype", "float8"], "invalid choice: 'float8'"),
+    # Values refused when the config is built, not later by TRL, torch or a controller (with a traceback)
+    ("num-generations-0", lambda t: [*TRAIN, "--num_generations", "0"], "num_generations=0 is invalid"),
+    ("max-steps-0", lambda t: [*TRAIN, "--max_steps", "0"], "max_steps=0 is invalid: expected -1 or an integer >= 1"),
+    ("temperature-0", lambda t: [*TRAIN, "--temperature", "0"], "temperature=0.0 is invalid"),
+    ("top-p-above-1", lambda t: [*TRAIN, "--top_p", "1.5"], "top_p=1.5 is invalid: expected a number in (0, 1]"),
+    ("num-iterations-0", lambda t: [*TRAIN, "--num_iterations", "0"], "num_iterations=0 is invalid"),
+    ("steps-per-generation-0", lambda t: [*TRAIN, "--steps_per_generation", "0"], "steps_per_generation=0"),
+    ("epsilon-nan", lambda t: [*TRAIN, "--epsilon", "nan"], "epsilon=nan is invalid"),
+    ("controller-lr-inf", lambda t: [*TRAIN, "--maxent_tau_lr", "inf"], "maxent_tau_lr=inf is invalid"),
+    ("controller-tau-min-nan", lambda t: [*TRAIN, "--maxent_tau_min", "nan"], "maxent_tau_min=nan is invalid"),
+    (
+        "number-null-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "kl_horizon: null\n")],
+        "kl_horizon=None in recipe",
+    ),
+    (
+        "bool-null-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "dynamic_sampling: null\n")],
+        "expected a bool value, not null",
+    ),
+    (
+        "number-mapping-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "kl_ctl_step_size: {a: 1}\n")],
+        "kl_ctl_step_size={'a': 1} in recipe",
+    ),
+    (
+        "duplicate-key-in-recipe",
+        lambda t: ["train", "--config", _write(t / "r.yaml", DEMO_RECIPE.read_text() + "learning_rate: 0.5\n")],
+        "'learning_rate' is set twice (lines 18 and 27); keep one",
+    ),
+    ("misspelt-field", lambda t: [*TRAIN, "--learnin_rate", "3"], "did you mean 'learning_rate'?"),
     ("demo-steps", lambda t: ["demo", "--steps", "0"], "--steps 0"),
     ("demo-unknown-flag", lambda t: ["demo", "--fast"], "--fast"),
     ("unknown-command", lambda t: ["fly"], "'fly'"),
@@ -222,10 +256,27 @@ def _tiny_model_without_chat_template(path: Path) -> str:
     return str(path)
 
 
-def _module(path: Path, dotted_path: str) -> str:
-    """An empty module at ``path``; returns ``dotted_path``."""
-    path.write_text("")
+def _tiny_model_dir(path: Path, weights: bytes | None) -> str:
+    """The tiny model saved at ``path``, its model.safetensors replaced by ``weights`` (None: removed)."""
+    tokenizer = build_tiny_tokenizer()
+    build_tiny_model(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    if weights is None:
+        (path / "model.safetensors").unlink()
+    else:
+        (path / "model.safetensors").write_bytes(weights)
+    return str(path)
+
+
+def _module(path: Path, dotted_path: str, source: str = "") -> str:
+    """A module at ``path`` (empty unless ``source``); returns ``dotted_path``."""
+    path.write_text(source)
     return dotted_path
+
+
+_REWARD = "def reward(completions):\n    return {}\n"
+_REWARD_KW = "def reward(completions, **kwargs):\n    return {}\n"
+_WITH_INF = "[float('inf') if i == 3 else 1.0 for i in range(len(completions))]"
 
 
 def _folder(path: Path) -> str:
@@ -263,6 +314,31 @@ SUBPROCESS_CASES = [
         lambda t: [*TRAIN, "--reward_model_name_or_path", "./no-reward-model"],
         "reward model './no-reward-model': no such file or directory",
     ),
+    (
+        "reward-module-syntax-error",
+        lambda t: [*TRAIN, "--reward_funcs", _module(t / "broken.py", "broken.reward", "def reward(:\n")],
+        "cannot import module 'broken' for reward function 'broken.reward': SyntaxError at ",
+    ),
+    (
+        "reward-module-raises-on-import",
+        lambda t: [*TRAIN, "--reward_funcs", _module(t / "boom.py", "boom:reward", "raise RuntimeError('no key')\n")],
+        "for reward function 'boom:reward': RuntimeError at ",
+    ),
+    (
+        "reward-signature-without-kwargs",
+        lambda t: [*TRAIN, "--reward_funcs", _module(t / "narrow.py", "narrow.reward", _REWARD.format("[1.0]"))],
+        "reward function reward cannot be called the way TRL calls it (got an unexpected keyword argument",
+    ),
+    (
+        "reward-returns-too-few",
+        lambda t: [*QUICK, "--reward_funcs", _module(t / "few.py", "few.reward", _REWARD_KW.format("[1.0]"))],
+        "reward function few.reward returned 1 rewards for 16 completions: expected one per completion",
+    ),
+    (
+        "reward-returns-inf",
+        lambda t: [*QUICK, "--reward_funcs", _module(t / "inf.py", "inf.reward", _REWARD_KW.format(_WITH_INF))],
+        "reward function inf.reward returned inf for completion 3: expected a finite number or None",
+    ),
     # Prompts that cannot be generated from (item 2)
     (
         "integer-prompts",
@@ -291,6 +367,16 @@ SUBPROCESS_CASES = [
         "folder-without-model-config",
         lambda t: [*TRAIN, "--model_name_or_path", _folder(t / "out")],
         "holds no config.json",
+    ),
+    (
+        "model-dir-with-corrupt-weights",
+        lambda t: [*TRAIN, "--model_name_or_path", _tiny_model_dir(t / "m", weights=b"\0" * 64)],
+        "m': model.safetensors is corrupt (Error while deserializing header",
+    ),
+    (
+        "model-dir-without-weights",
+        lambda t: [*TRAIN, "--model_name_or_path", _tiny_model_dir(t / "m", weights=None)],
+        "the directory holds no weights",
     ),
     ("max-completion-length-0", lambda t: [*TRAIN, "--max_completion_length", "0"], "max_completion_length=0"),
     ("negative-learning-rate", lambda t: [*TRAIN, "--learning_rate", "-0.01"], "learning_rate=-0.01 is invalid"),
@@ -347,6 +433,12 @@ SUBPROCESS_CASES = [
         "logits-larger-than-memory",
         lambda t: [*TRAIN, *HUGE_BATCH],
         "the logits of one micro-batch need",
+    ),
+    ("num-generations-0-in-a-subprocess", lambda t: [*TRAIN, "--num_generations", "0"], "num_generations=0 is"),
+    (
+        "duplicate-key-in-a-subprocess",
+        lambda t: ["train", "--config", _write(t / "r.yaml", DEMO_RECIPE.read_text() + "max_steps: 3\n")],
+        "'max_steps' is set twice",
     ),
     # Misleading look-ups (item 5)
     ("dot-slash-missing-file", lambda t: [*TRAIN, "--dataset_name", "./nosuch.jsonl"], "no such file or directory"),

@@ -21,6 +21,8 @@ def test_demo_prints_before_after_table_and_logs_to_local_trackio(tmp_path):
     assert re.search(r"^distinct vowels\s+[0-5]/5\s+[0-5]/5$", out, re.MULTILINE), out
     assert "after 3 steps" in out
     assert "trackio show --project maxent-grpo-demo" in out
+    assert "* Run finished. Writing the last logs to trackio's local database (they stay on this machine)" in out
+    assert "Uploading logs" not in out
     # stderr is a pipe here, as in a log file: progress lines, no carriage-return redraws, no colour codes
     assert re.search(r"^training: 100% \(3/3 steps\), reward=[01]\.\d\d$", result.stderr, re.MULTILINE), result.stderr
     assert "\r" not in result.stderr

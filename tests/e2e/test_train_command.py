@@ -38,6 +38,31 @@ def test_train_saves_a_checkpoint_and_resumes_from_it_to_max_steps(tmp_path):
     assert [entry["step"] for entry in state["log_history"] if "loss" in entry] == [1, 2, 3, 4]
 
 
+def test_resume_names_a_corrupt_checkpoint_file_and_warns_when_the_controller_state_is_missing(tmp_path):
+    output_dir = tmp_path / "run"
+    env = offline_env(tmp_path)
+    common = ["train", "--config", str(DEMO_RECIPE), "--output_dir", str(output_dir), *QUICK]
+    first = run_cli([*common, "--max_steps", "2"], env)
+    assert first.returncode == 0, first.stderr[-4000:]
+    corrupt = shutil.copytree(output_dir / "checkpoint-2", tmp_path / "corrupt" / "checkpoint-2")
+    (corrupt / "optimizer.pt").write_bytes(b"\0" * 100)
+    refused = run_cli([*common, "--max_steps", "4", "--resume_from_checkpoint", str(corrupt)], env)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        f"maxent-grpo train: error: cannot resume from {str(corrupt)!r}: its optimizer.pt is corrupt (not a "
+        "torch.save archive)"
+    )
+
+    (output_dir / "checkpoint-2" / "maxent_controllers.json").unlink()
+    resumed = run_cli([*common, "--max_steps", "3", "--resume_from_checkpoint", str(output_dir / "checkpoint-2")], env)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert (
+        f"Checkpoint {output_dir / 'checkpoint-2'} holds no maxent_controllers.json with this state: resuming with "
+        "the tau controller (tau back to maxent_tau=0.3) and the beta controller (beta back to 0.0) reset."
+    ) in resumed.stderr
+    assert _state(output_dir / "checkpoint-3")["global_step"] == 3
+
+
 def _cut_short(checkpoint, step: int):
     """A copy of ``checkpoint`` as checkpoint-<step>, as a save interrupted before trainer_state.json leaves it."""
     partial = checkpoint.parent / f"checkpoint-{step}"

@@ -9,6 +9,7 @@ from trl import GRPOConfig
 
 from maxent_grpo import MaxEntGRPOConfig
 from maxent_grpo.config import maxent_config_from
+from maxent_grpo.field_ranges import FIELD_RANGES
 
 BASE = {"output_dir": "unused", "use_cpu": True, "report_to": "none", "per_device_train_batch_size": 4,
         "num_generations": 4}  # fmt: skip
@@ -50,9 +51,93 @@ def test_bad_values_are_named(field, value, message):
     assert message in str(error.value)
 
 
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        # TRL fields TRL or torch would refuse only later, with a traceback, or never
+        ("num_generations", 0, "num_generations=0 is invalid: expected an integer >= 2."),
+        ("num_generations", None, "num_generations=None is invalid: expected an integer >= 2."),
+        ("max_steps", 0, "max_steps=0 is invalid: expected -1 or an integer >= 1."),
+        ("max_steps", None, "max_steps=None is invalid"),
+        ("num_train_epochs", 0, "num_train_epochs=0 is invalid: expected a finite number > 0."),
+        ("per_device_eval_batch_size", 0, "per_device_eval_batch_size=0 is invalid: expected an integer >= 1."),
+        ("gradient_accumulation_steps", 0, "gradient_accumulation_steps=0 is invalid: expected an integer >= 1."),
+        ("learning_rate", INF, "learning_rate=inf is invalid: expected a finite number >= 0."),
+        ("learning_rate", {"a": 1}, "learning_rate={'a': 1} is invalid"),
+        ("temperature", 0.0, "temperature=0.0 is invalid: expected a finite number > 0."),
+        ("top_p", 0.0, "top_p=0.0 is invalid: expected a number in (0, 1]."),
+        ("top_p", 1.5, "top_p=1.5 is invalid"),
+        ("top_k", -2, "top_k=-2 is invalid: expected an integer >= -1."),
+        ("min_p", 2.0, "min_p=2.0 is invalid: expected None or a number in [0, 1]."),
+        ("repetition_penalty", 0.0, "repetition_penalty=0.0 is invalid"),
+        ("epsilon", -0.1, "epsilon=-0.1 is invalid: expected a finite number >= 0."),
+        ("epsilon_high", NAN, "epsilon_high=nan is invalid: expected None or a finite number >= 0."),
+        ("num_iterations", 0, "num_iterations=0 is invalid: expected an integer >= 1."),
+        ("steps_per_generation", 0, "steps_per_generation=0 is invalid: expected None or an integer >= 1."),
+        ("generation_batch_size", 0, "generation_batch_size=0 is invalid"),
+        ("max_completion_length", None, "max_completion_length=None is invalid: expected an integer >= 1."),
+        ("max_completion_length", 2.5, "max_completion_length=2.5 is invalid"),
+        ("beta", INF, "beta=inf is invalid"),
+        ("adam_beta2", 1.0, "adam_beta2=1.0 is invalid: expected a number in [0, 1)."),
+        ("weight_decay", -1.0, "weight_decay=-1.0 is invalid"),
+        ("max_grad_norm", NAN, "max_grad_norm=nan is invalid: expected None or a finite number >= 0."),
+        ("logging_steps", INF, "logging_steps=inf is invalid: expected a finite number > 0."),
+        ("save_steps", 0, "save_steps=0 is invalid"),
+        ("seed", -1, "seed=-1 is invalid: expected an integer in [0, 4294967295]."),
+        ("dataloader_num_workers", -1, "dataloader_num_workers=-1 is invalid"),
+        ("vllm_server_port", 70000, "vllm_server_port=70000 is invalid: expected an integer in [1, 65535]."),
+        ("vllm_gpu_memory_utilization", 0.0, "vllm_gpu_memory_utilization=0.0 is invalid"),
+        ("top_entropy_quantile", 1.5, "top_entropy_quantile=1.5 is invalid"),
+        ("ref_model_sync_steps", 0, "ref_model_sync_steps=0 is invalid"),
+        ("entropy_coef", NAN, "entropy_coef=nan is invalid: expected a finite number."),
+        # Our controller fields: infinity and NaN used to pass the config and stop the controller
+        ("maxent_tau_lr", INF, "maxent_tau_lr=inf is invalid: expected a finite number > 0."),
+        ("maxent_tau_min", NAN, "maxent_tau_min=nan is invalid: expected a finite number >= 0."),
+        ("maxent_tau_max", INF, "maxent_tau_max=inf is invalid"),
+        ("maxent_target_weight_entropy", INF, "maxent_target_weight_entropy=inf is invalid"),
+        ("maxent_tau_warmup_steps", NAN, "maxent_tau_warmup_steps=nan is invalid: expected an integer >= 0."),
+        ("kl_horizon", INF, "kl_horizon=inf is invalid"),
+        ("maxent_mode_coverage_threshold", NAN, "maxent_mode_coverage_threshold=nan is invalid"),
+        ("generation_max_retries", 1.5, "generation_max_retries=1.5 is invalid"),
+        ("vllm_request_timeout", INF, "vllm_request_timeout=inf is invalid"),
+        # A mapping, a boolean or None where a number belongs
+        ("maxent_tau", None, "maxent_tau=None is invalid: expected a finite number >= 0."),
+        ("maxent_tau", {"a": 1}, "maxent_tau={'a': 1} is invalid"),
+        ("kl_ctl_step_size", None, "kl_ctl_step_size=None is invalid: expected a number in (0, 1]."),
+        ("vllm_request_attempts", True, "vllm_request_attempts=True is invalid: expected an integer >= 1."),
+        ("reward_weights", [1.0, NAN], "reward_weights=[1.0, nan] is invalid: expected None or a list of finite"),
+    ],
+)
+def test_every_numeric_field_is_checked_when_the_config_is_built(field, value, message):
+    with pytest.raises(ValueError) as error:
+        MaxEntGRPOConfig(**{**BASE, field: value})
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("field", sorted(FIELD_RANGES))
+def test_a_mapping_is_refused_by_every_checked_field(field):
+    with pytest.raises(ValueError, match=rf"^{field}=\{{'a': 1\}} is invalid: expected "):
+        MaxEntGRPOConfig(**{**BASE, field: {"a": 1}})
+
+
+def test_edge_values_inside_the_ranges_pass():
+    edges = {"max_steps": 1, "num_generations": 2, "top_p": 1.0, "top_k": -1, "learning_rate": 0.0, "seed": 0,
+             "maxent_tau": 0.0, "maxent_q_epsilon": 0.0, "kl_ctl_step_size": 1.0, "generation_max_retries": 0,
+             "max_grad_norm": None}  # fmt: skip
+    config = MaxEntGRPOConfig(**{**BASE, **edges})
+    assert (config.max_steps, config.num_generations, config.top_k) == (1, 2, -1)
+    assert MaxEntGRPOConfig(**BASE).max_steps == -1  # -1: train for num_train_epochs
+
+
 def test_cross_field_rules():
     with pytest.raises(ValueError, match=r"maxent_tau_max=0.1 is invalid: expected a number >= maxent_tau_min"):
         MaxEntGRPOConfig(**BASE, maxent_tau_min=1.0, maxent_tau_max=0.1)
+    with pytest.raises(ValueError, match=r"entropy_coef_max=0.1 is invalid: expected a number >= entropy_coef_min"):
+        MaxEntGRPOConfig(**BASE, entropy_coef_min=0.5, entropy_coef_max=0.1)
     with pytest.raises(ValueError, match=r"beta=0.0 is invalid.*kl_target"):
         MaxEntGRPOConfig(**BASE, beta=0.0, kl_target=0.1)
     with pytest.raises(ValueError, match=r"maxent_tau=5.0 is invalid.*maxent_target_weight_entropy"):

@@ -21,6 +21,7 @@ from trl import ModelConfig
 
 from maxent_grpo.cli.ansi_free_output import strip_ansi_when_redirected
 from maxent_grpo.cli.recipe import PROG, parse_train_args
+from maxent_grpo.cli.trackio_banner import say_local_trackio_logs_stay_local
 from maxent_grpo.cli.usage_error import UsageError
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ def _train(argv: Sequence[str]) -> int:
 
     from maxent_grpo.cli import run_checks
     from maxent_grpo.cli import script_args as inputs
+    from maxent_grpo.cli.checkpoint_checks import check_checkpoint
     from maxent_grpo.cli.data_file_checks import dataset_read_errors
     from maxent_grpo.cli.line_progress import LineProgressCallback, silence_library_progress_bars
     from maxent_grpo.cli.prompt_checks import check_chat_template, check_prompts
@@ -61,6 +63,8 @@ def _train(argv: Sequence[str]) -> int:
     inputs.check_generation_backend(config)
     inputs.check_streaming(script_args, config)
     inputs.resolve_resume_checkpoint(config)
+    if config.resume_from_checkpoint is not None:
+        check_checkpoint(config.resume_from_checkpoint, config)
     run_checks.check_output_dir(config.output_dir)
     run_checks.check_report_to(config)
     dataset = _load_dataset(script_args)
@@ -284,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=list(COMMANDS), metavar="command", help="one of the commands above")
     parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     strip_ansi_when_redirected()
+    say_local_trackio_logs_stay_local()
     argv = sys.argv[1:] if argv is None else list(argv)
     prog = PROG
     try:

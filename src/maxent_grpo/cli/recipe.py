@@ -8,7 +8,11 @@ its field's own argparse type and choices, so a bad value is one `UsageError` na
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
 import os
+import types
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -23,6 +27,27 @@ if TYPE_CHECKING:
     from maxent_grpo.config import MaxEntGRPOConfig
 
 PROG = "maxent-grpo"
+FIELDS_HINT = (
+    "maxent-grpo config-reference lists the MaxEnt fields and the script arguments; the other fields are TRL's "
+    "GRPOConfig and ModelConfig"
+)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that sets one key twice (plain YAML keeps the last value silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    problem=f"{key!r} is set twice (lines {seen[key]} and {line}); keep one",
+                    problem_mark=key_node.start_mark,
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 class RecipeParser(TrlParser):
@@ -54,7 +79,7 @@ def _read_recipe(path: str) -> dict[str, Any]:
     except UnicodeDecodeError as error:
         raise UsageError(f"recipe {path!r} is not UTF-8 text (byte 0x{error.object[error.start]:02x})") from error
     try:
-        recipe = yaml.safe_load(text)
+        recipe = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
@@ -66,9 +91,33 @@ def _read_recipe(path: str) -> dict[str, Any]:
     return recipe
 
 
-def _recipe_value(action: argparse.Action, key: str, value: Any, path: str) -> Any:
+def _field_types(parser: RecipeParser) -> dict[str, Any]:
+    """The annotated type of every field of the parser's dataclasses, by name."""
+    types_by_name: dict[str, Any] = {}
+    for dataclass_type in parser.dataclass_types:
+        hints = typing.get_type_hints(dataclass_type)
+        for spec in dataclasses.fields(dataclass_type):
+            types_by_name.setdefault(spec.name, None if spec.default is None else hints[spec.name])
+    return types_by_name
+
+
+def _accepts(annotation: Any, kind: type) -> bool:
+    """Whether a field of type ``annotation`` (None: its default is None) takes a value of type ``kind``."""
+    if annotation is None:
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_accepts(member, kind) for member in typing.get_args(annotation))
+    return (typing.get_origin(annotation) or annotation) in (kind, Any)
+
+
+def _recipe_value(action: argparse.Action, key: str, value: Any, path: str, annotation: Any) -> Any:
     """A recipe value converted and checked with the field's own argparse type and choices."""
     if value is None or isinstance(value, dict):
+        kind = type(None) if value is None else dict
+        if not _accepts(annotation, kind):
+            what = "null" if value is None else "a mapping"
+            expected = getattr(annotation, "__name__", str(annotation))
+            raise UsageError(f"{key}={value!r} in recipe {path!r} is invalid: expected a {expected} value, not {what}")
         return value
     if action.nargs in ("+", "*"):
         items = value if isinstance(value, list) else [value]
@@ -104,15 +153,20 @@ def _apply_recipe(parser: RecipeParser, path: str) -> None:
     actions: dict[str, argparse.Action] = {}
     for action in parser._actions:
         actions.setdefault(action.dest, action)  # the field's own option comes before its --no_<field> twin
+    field_types = _field_types(parser)
     defaults = {}
     for key, value in recipe.items():
-        if key not in actions or key == "help":
-            raise UsageError(
-                f"unknown field {key!r} in recipe {path!r}: not a field of MaxEntGRPOConfig, ModelConfig or the "
-                "train script arguments (maxent-grpo train --help lists them)"
-            )
-        defaults[key] = _recipe_value(actions[key], key, value, path)
+        if key not in field_types:
+            raise UsageError(f"unknown field {key!r} in recipe {path!r}: {_unknown_field_hint(str(key), field_types)}")
+        defaults[key] = _recipe_value(actions[key], key, value, path, field_types[key])
     parser.set_defaults_with_config(**defaults)
+
+
+def _unknown_field_hint(name: str, field_types: dict[str, Any]) -> str:
+    """What to say about an unknown field: the closest field names, and where the fields are listed."""
+    close = difflib.get_close_matches(name, list(field_types), n=3)
+    guess = f"; did you mean {' or '.join(repr(match) for match in close)}?" if close else ""
+    return f"not a field of MaxEntGRPOConfig, ModelConfig or the train script arguments{guess} ({FIELDS_HINT})"
 
 
 def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntGRPOConfig, ModelConfig]:
@@ -139,9 +193,7 @@ def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntG
     except ValueError as error:  # a dataclass's own validation (MaxEntGRPOConfig, TrainingArguments, ModelConfig)
         raise UsageError(str(error)) from error
     if remaining:
-        raise UsageError(
-            f"unknown argument {remaining[0]!r}: not a field of MaxEntGRPOConfig, ModelConfig or the train script "
-            "arguments (maxent-grpo train --help lists them)"
-        )
+        name = remaining[0].removeprefix("--").partition("=")[0]
+        raise UsageError(f"unknown argument {remaining[0]!r}: {_unknown_field_hint(name, _field_types(parser))}")
     inputs.check_required(script_args, model_args)
     return script_args, config, model_args

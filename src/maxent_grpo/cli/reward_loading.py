@@ -2,7 +2,8 @@
 
 A reward function is a built-in name from `maxent_grpo.rewards.REWARDS` or a dotted path to a callable
 (``my_rewards.contains_digit`` or ``my_rewards:contains_digit``), its module found on the working directory or
-installed. A reward model (``reward_model_name_or_path``) is passed on by name: `GRPOTrainer` loads it as a
+installed; each is called through `reward_contract.checked`, so a return that breaks TRL's contract is one line
+naming the function. A reward model (``reward_model_name_or_path``) is passed on by name: `GRPOTrainer` loads it as a
 sequence-classification model with one label, exactly as TRL's script does.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from maxent_grpo.cli.hub_access import check_model_source
+from maxent_grpo.cli.reward_contract import checked
 from maxent_grpo.cli.usage_error import UsageError
 from maxent_grpo.dotted_path import import_callable
 from maxent_grpo.rewards import REWARDS
@@ -32,7 +34,7 @@ def load_reward_funcs(names: list[str], reward_model: str | None = None) -> list
     if reward_model is not None:
         check_model_source(reward_model, "reward model")
         funcs.append(reward_model)
-    funcs.extend(_reward_func(name) for name in names)
+    funcs.extend(checked(_reward_func(name), name) for name in names)
     return funcs
 
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 from datasets import Dataset, IterableDataset, load_dataset
-from transformers import AutoConfig
 from transformers.utils import is_bitsandbytes_available, is_peft_available
 from trl import ModelConfig, ScriptArguments, get_peft_config, get_quantization_config
 
+from maxent_grpo.cli.model_dir_checks import check_architecture, check_model_dir, load_model_config
+from maxent_grpo.cli.reward_contract import TRL_REWARD_KWARGS, check_signature
 from maxent_grpo.cli.usage_error import UsageError
 from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.demo import vowel_dataset
@@ -32,15 +33,7 @@ DEFAULT_VOWEL_PROMPTS = 1024
 VOWEL_EVAL_PROMPTS = 64
 
 # Keyword arguments TRL passes to every reward function; any other parameter without a default is a dataset column.
-_TRL_REWARD_KWARGS = {
-    "prompts",
-    "completions",
-    "completion_ids",
-    "trainer_state",
-    "log_extra",
-    "log_metric",
-    "environments",
-}
+_TRL_REWARD_KWARGS = {*TRL_REWARD_KWARGS, "environments"}
 _DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
 
 
@@ -186,7 +179,8 @@ def _rename_column(
 def check_reward_columns(
     reward_funcs: list[Callable[..., list[float]] | str], dataset: Dataset | IterableDataset
 ) -> None:
-    """Every column a reward function requires (a parameter without a default) must be in the data set."""
+    """Every column a reward function requires (a parameter without a default) must be in the data set, and its
+    signature must take the keyword arguments TRL passes."""
     columns = dataset_columns(dataset)
     for func in reward_funcs:
         if isinstance(func, str):  # a reward model reads the prompts and completions only
@@ -201,6 +195,7 @@ def check_reward_columns(
                     f"reward function {func.__name__} needs the {parameter.name!r} column, which the dataset lacks "
                     f"(columns: {columns}); set dataset_answer_column"
                 )
+        check_signature(func, func.__name__, columns)
 
 
 def check_generation_backend(config: MaxEntGRPOConfig) -> None:
@@ -270,12 +265,10 @@ def load_model(model_args: ModelConfig, config: MaxEntGRPOConfig) -> dict[str, A
     local = Path(name).expanduser()
     if name.startswith((".", "/", "~")) and not local.is_dir():
         raise UsageError(f"cannot load model {name!r}: no such directory")
-    try:
-        AutoConfig.from_pretrained(
-            name, revision=model_args.model_revision, trust_remote_code=config.trust_remote_code
-        )
-    except OSError as error:  # neither a local model directory nor a reachable Hub model (or revision)
-        raise UsageError(f"cannot load model {name!r}: {error}") from error
+    model_config = load_model_config(name, model_args.model_revision, config.trust_remote_code)
+    check_architecture(name, model_config, model_args.attn_implementation)
+    if local.is_dir():
+        check_model_dir(name)
     config.model_init_kwargs = {
         "revision": model_args.model_revision,
         "trust_remote_code": config.trust_remote_code,

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 import torch
 from peft import LoraConfig
 from trl import ModelConfig
 
 from maxent_grpo.cli.script_args import ignore_bool_buffers, load_model
+from maxent_grpo.cli.usage_error import UsageError
 from tests.support.training import tiny_config
 
 
@@ -49,3 +56,63 @@ def test_ignore_bias_buffers_hides_boolean_buffers_from_ddp():
     model.register_buffer("scale", torch.ones(2))
     ignore_bool_buffers(model)
     assert model._ddp_params_and_buffers_to_ignore == ["causal_mask"]
+
+
+def _broken_copy(source: Path, target: Path, break_it: Callable[[Path], object]) -> str:
+    shutil.copytree(source, target)
+    break_it(target)
+    return str(target)
+
+
+def _shard_index(folder: Path) -> None:
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
+    weight_map = {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _config_with(folder: Path, **changes: object) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+@pytest.mark.parametrize(
+    ("break_it", "message"),
+    [
+        (lambda d: (d / "config.json").write_text("{not json"), "is not a valid JSON file"),
+        (lambda d: _config_with(d, model_type="nope"), "its config.json: The checkpoint you are trying to load has"),
+        (lambda d: (d / "model.safetensors").unlink(), "the directory holds no weights (model.safetensors, "),
+        (lambda d: (d / "model.safetensors").write_bytes(b"\0" * 64), "model.safetensors is corrupt (Error while"),
+        (lambda d: _truncate(d / "model.safetensors"), "model.safetensors is corrupt ("),
+        (_shard_index, "names model-00002-of-00002.safetensors, which is missing (1 of 2 shards missing)"),
+        (lambda d: (d / "tokenizer.json").unlink() or (d / "tokenizer_config.json").unlink(), "holds no tokenizer"),
+    ],
+    ids=[
+        "config-not-json",
+        "unknown-model-type",
+        "no-weights",
+        "corrupt-weights",
+        "truncated-weights",
+        "missing-shard",
+        "no-tokenizer",
+    ],
+)
+def test_a_model_directory_transformers_cannot_load_is_one_line(break_it, message, tmp_path, tiny_model_dir):
+    name = _broken_copy(tiny_model_dir, tmp_path / "model", break_it)
+    with pytest.raises(UsageError) as error:
+        load_model(ModelConfig(model_name_or_path=name), tiny_config(tmp_path))
+    assert str(error.value).startswith(f"cannot load model {name!r}")
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_an_attention_implementation_the_model_cannot_use_is_one_line(tmp_path, tiny_model_dir):
+    model_args = ModelConfig(model_name_or_path=str(tiny_model_dir), attn_implementation="nope")
+    with pytest.raises(UsageError) as error:
+        load_model(model_args, tiny_config(tmp_path))
+    assert str(error.value).startswith(
+        f"cannot load model {str(tiny_model_dir)!r} with attn_implementation='nope': Specified "
+        '`attn_implementation="nope"` is not supported'
+    )
