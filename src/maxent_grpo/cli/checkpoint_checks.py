@@ -19,7 +19,7 @@ from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_N
 
 from maxent_grpo.cli.usage_error import UsageError
 from maxent_grpo.config import MaxEntGRPOConfig
-from maxent_grpo.trainer import CONTROLLER_STATE_FILE
+from maxent_grpo.training.checkpoints.extra_state import CONTROLLER_STATE_FILE
 from maxent_grpo.training.dynamic_sampling import DynamicSampler
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import torch
 from maxent_grpo.cli.checkpoint_checks import check_checkpoint
 from maxent_grpo.cli.usage_error import UsageError
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
-from maxent_grpo.trainer import CONTROLLER_STATE_FILE
+from maxent_grpo.training.checkpoints.extra_state import CONTROLLER_STATE_FILE
 from tests.support.training import tiny_config
 
 
