@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,8 @@ def launch(folder: Path, probe: str, stage: int) -> list[dict[str, Any]]:
     python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {k: v for k, v in os.environ.items() if k != "ACCELERATE_USE_CPU"}  # it would switch DeepSpeed off
     env.update({"PYTHONPATH": python_path, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "HF_HUB_OFFLINE": "1"})
+    # DeepSpeed compiles its shm op on first use; kept inside the environment (as .ci/run does), it is built once.
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
     command = [
         executable("accelerate"), "launch", "--use_deepspeed", "--deepspeed_config_file", str(config),
         "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
