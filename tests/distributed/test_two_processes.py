@@ -10,6 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cli_runner import executable
+from tests.support.two_step_update import (
+    LOSS_TYPES,
+    OPTIMIZERS,
+    assert_empty_step_left_no_trace,
+    assert_stock_update,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -116,3 +122,24 @@ def test_a_process_without_kept_rows_does_not_shrink_the_gradient(tmp_path, loss
     rank0, rank1 = _launch(tmp_path, loss_type, probe="probe_gradient.py")
     assert (rank0["kept"], rank1["kept"]) == (8, 0)
     assert rank0["relative_error"] <= 1e-6, rank0  # not half of it, as a zero from process 1 would make it
+
+
+@pytest.fixture(scope="module")
+def fsdp2_runs(tmp_path_factory, tiny_model_dir) -> list[dict]:
+    folder = tmp_path_factory.mktemp("fsdp2")
+    return [rank["runs"] for rank in _launch(folder, str(tiny_model_dir), probe="probe_fsdp2.py")]
+
+
+def test_fsdp2_step_without_kept_rows_changes_no_weight_and_no_optimizer_state(fsdp2_runs):
+    """I4 / I6 under FSDP2 (sharded at load time): an all-dropped step leaves each process's shards bit-identical."""
+    for runs in fsdp2_runs:
+        after_one = runs["empty"][0]
+        assert after_one["sharded_parameters"] == after_one["num_parameters"]  # every parameter is a DTensor
+    assert_empty_step_left_no_trace(fsdp2_runs)
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_fsdp2_process_without_kept_rows_leaves_stock_trls_update(fsdp2_runs, optimizer, loss_type):
+    """I6 under FSDP2: process 1 drops all its groups; the update is stock TRL's on process 0's rows alone."""
+    assert_stock_update(fsdp2_runs, optimizer, loss_type)
