@@ -25,6 +25,7 @@ from maxent_grpo.training.checkpoints import extra_state
 from maxent_grpo.training.checkpoints.resume import latest_complete_checkpoint
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, merge_extra_logs
 from maxent_grpo.training.empty_batches import EmptyBatchGuard, NoUsableGenerationError
+from maxent_grpo.training.entropy_bonus import scaled_entropy_bonus
 from maxent_grpo.training.generation.backends import GenerationBackend, colocate_engine
 from maxent_grpo.training.generation.backends.selection import build_backend
 from maxent_grpo.training.generation.completion_check import CompletionCheck
@@ -32,7 +33,7 @@ from maxent_grpo.training.generation.completion_format import format_completions
 from maxent_grpo.training.generation.rows import GeneratedRows
 from maxent_grpo.training.generation.step import GenerationStep, GroupAgreement
 from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
-from maxent_grpo.training.optimizer_window import OptimizerWindow
+from maxent_grpo.training.optimizer_window import WindowPlan
 from maxent_grpo.training.reference_model import built_in_process, reference_from_policy
 from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning
 
@@ -52,8 +53,11 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     - `_generate_and_score_completions`: with ``maxent_objective="listwise"``, replaces the advantages by the MaxEnt
       listwise ones and steps the tau / beta controllers.
     - `_compute_loss`: TRL's loss, normalisers and metrics on the kept rows of each micro-batch only.
-    - `_clip_grad_norm` / `_get_grad_norm`: close each optimizer window before clipping (`training.optimizer_window`):
-      no gradient when no micro-batch held a kept row (no parameter changes), else a mean over those that held some.
+    - `get_batch_samples` / `_prepare_inputs` / `training_step`: each optimizer window's generation batches are
+      generated at its first micro-batch and the window is planned from their keep masks
+      (`training.optimizer_window`): every micro-batch's loss carries the window's factor before its backward (so
+      DeepSpeed, FSDP and DDP all step on the corrected gradient), and a window without a kept row on any process
+      runs no forward or backward at all (no engine, momentum or weight-decay step).
     - `train`: ``resume_from_checkpoint=True`` takes the latest *complete* checkpoint (partial ones skipped); a run
       in which every generation batch was dropped raises `NoUsableGenerationError` at its end instead of returning
       as if it had trained.
@@ -117,7 +121,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._last_completion_texts: list[str] = []
         self._last_rewards_per_func: torch.Tensor | None = None
         self._empty_batches = EmptyBatchGuard(self.args.generation_max_consecutive_empty_batches)
-        self._window = OptimizerWindow(self.loss_type)
+        self._window_batches: tuple[int, list] | None = None  # (first micro-step, inputs) of the window to train
+        self._window_inputs: list[dict[str, Any]] = []  # its prepared micro-batches
+        self._window_plan: WindowPlan | None = None
         self._vocab_size = len(self._tokenizer)
         self.reward_funcs = [
             func if isinstance(func, torch.nn.Module) else mask_dropped_rows(func, lambda: self._row_keep)
@@ -335,58 +341,83 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         logged.extend(step.all_advantages.tolist())
         return step.advantages
 
+    # ------------------------------------------------------------------------------------- optimizer windows
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """The Trainer's window of inputs, kept to be generated and planned at the window's first micro-batch."""
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        self._window_batches = (self._step, batch_samples)
+        self._window_plan = None
+        return batch_samples, num_items_in_batch
+
+    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
+        if not self.model.training or self._window_plan is None or not self._window_plan.holds(self._step):
+            return super()._prepare_inputs(generation_batch)
+        return self._window_inputs[self._step - self._window_plan.start]
+
+    def _plan_window(self) -> WindowPlan:
+        """Generate the window's generation batches as TRL would during the window (same weights, same inputs, same
+        order), and plan its loss factors; collective."""
+        start, batch_samples = self._window_batches
+        prepared = []
+        for offset, batch in enumerate(batch_samples):
+            self._step = start + offset  # TRL decides from its micro-step when to generate and which slice to train
+            prepared.append(super()._prepare_inputs(batch))
+        self._step = start
+        self._window_inputs = prepared
+        device = self.accelerator.device
+        gather = self.accelerator.gather
+        return WindowPlan.of(
+            start, prepared, keep_key=ROW_KEEP_KEY, loss_type=self.loss_type, gather=gather, device=device
+        )
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """TRL's step, after planning the window at its first micro-batch; no forward or backward in an empty one."""
+        if self._window_batches is not None and self._window_batches[0] == self._step:
+            model.train()
+            self._window_plan = self._plan_window()
+        if self._window_plan is not None and self._window_plan.holds(self._step) and self._window_plan.empty:
+            self._step += 1  # TRL's own counter, which its `training_step` would have advanced
+            return torch.zeros((), device=self.args.device)
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        if self._window_plan is not None and self._window_plan.empty:  # nothing ran; DeepSpeed would report the last
+            return 0.0
+        return super()._get_grad_norm(model, grad_norm=grad_norm)
+
     # ------------------------------------------------------------------------------------------------- loss
     def _compute_loss(self, model, inputs):
-        """TRL's loss on the kept rows of this micro-batch only (see `training.kept_rows`)."""
+        """TRL's loss on the kept rows of this micro-batch only (see `training.kept_rows`), times the window's factor
+        (see `training.optimizer_window`)."""
         mode = "train" if self.model.training else "eval"
         keep = inputs[ROW_KEEP_KEY]
         kept_rows = self.accelerator.gather(keep.sum().reshape(1).to(self.accelerator.device))
         total_kept = int(kept_rows.sum().item())
-        if mode == "train":
-            self._window.add(int((kept_rows > 0).sum().item()))
-        entropy_control = (self.entropy_coef, self._last_world_entropy)
         kl_logged = len(self._metrics[mode].get("kl", ()))
-        if bool((kept_rows == keep.numel()).all()):
-            loss = super()._compute_loss(model, inputs)
-        else:
-            local_kept = int(keep.sum().item())
-            rows = keep.nonzero().flatten() if local_kept else torch.zeros(1, dtype=torch.long, device=keep.device)
-            logged_before = {name: len(values) for name, values in self._metrics[mode].items()}
-            with metric_collectives(
-                self.accelerator,
-                contributes=local_kept > 0,
-                rows=max(int(kept_rows.max().item()), 1),
-                keep_reduce=lambda tensor: tensor is self._entropy_window_stats,
-            ):
-                loss = super()._compute_loss(model, select_rows(inputs, rows))
-            if local_kept == 0:
-                loss = loss * 0.0
-            if total_kept == 0:  # no process held data: the metrics TRL just logged describe placeholders
-                metric_restriction.forget_metrics(self._metrics[mode], list(self._metrics[mode]), logged_before)
-        if mode == "train" and self._window.empty and self.accelerator.sync_gradients:
-            # TRL's adaptive entropy control closes its window here: a window without a kept token measures nothing.
-            self.entropy_coef, self._last_world_entropy = entropy_control
+        plan = self._window_plan
+        planned = mode == "train" and plan is not None and plan.holds(self._step)
+        loss_factor, entropy_factor = plan.factors() if planned else (1.0, 1.0)
+        with scaled_entropy_bonus(self, entropy_factor / loss_factor):
+            if bool((kept_rows == keep.numel()).all()):
+                loss = super()._compute_loss(model, inputs)
+            else:
+                local_kept = int(keep.sum().item())
+                rows = keep.nonzero().flatten() if local_kept else torch.zeros(1, dtype=torch.long, device=keep.device)
+                logged_before = {name: len(values) for name, values in self._metrics[mode].items()}
+                with metric_collectives(
+                    self.accelerator,
+                    contributes=local_kept > 0,
+                    rows=max(int(kept_rows.max().item()), 1),
+                    keep_reduce=lambda tensor: tensor is self._entropy_window_stats,
+                ):
+                    loss = super()._compute_loss(model, select_rows(inputs, rows))
+                if local_kept == 0:
+                    loss = loss * 0.0
+                if total_kept == 0:  # no process held data: the metrics TRL just logged describe placeholders
+                    metric_restriction.forget_placeholder_metrics(self._metrics[mode], logged_before)
         if self.listwise is not None and mode == "train" and len(self._metrics[mode].get("kl", ())) > kl_logged:
             self.listwise.observe_kl(self._metrics[mode]["kl"][-1])
-        return loss
-
-    # ------------------------------------------------------------------------------------- optimizer windows
-    def _clip_grad_norm(self, model):
-        self._close_window(model)
-        return super()._clip_grad_norm(model)
-
-    def _get_grad_norm(self, model, grad_norm=None):
-        if grad_norm is None:  # no clipping this run: `_clip_grad_norm` was not called
-            self._close_window(model)
-        return super()._get_grad_norm(model, grad_norm=grad_norm)
-
-    def _close_window(self, model: torch.nn.Module) -> None:
-        """Finish the optimizer window's gradient before clipping and the step (`training.optimizer_window`)."""
-        self._window.close(
-            model,
-            num_processes=self.accelerator.num_processes,
-            accumulation_steps=self.current_gradient_accumulation_steps,
-        )
+        return loss * loss_factor if loss_factor != 1.0 else loss
 
     # ------------------------------------------------------------------------------------------- checkpoints
     def _save_checkpoint(self, model, trial) -> None:

@@ -33,10 +33,10 @@ class GradientRecorder(MaxEntGRPOTrainer):
         self.start = copy.deepcopy(self.accelerator.unwrap_model(model).state_dict())
         return super()._compute_loss(model, inputs)
 
-    def _close_window(self, model):
-        super()._close_window(model)
+    def _get_grad_norm(self, model, grad_norm=None):  # the window's final gradient, before the optimizer steps
         unwrapped = self.accelerator.unwrap_model(model)
         self.gradient = {n: p.grad.detach().clone() for n, p in unwrapped.named_parameters()}
+        return super()._get_grad_norm(model, grad_norm=grad_norm)
 
 
 @contextlib.contextmanager

@@ -1,13 +1,17 @@
 """I6 over TRL's settings: the gradient and the update with dropped rows equal those of the kept rows alone.
 
-For every TRL 1.16 `loss_type` x {no drop, partial drop, full drop} x steps_per_generation {1, 4} x
-gradient_accumulation_steps {1, 2} (and the listwise objective with policy mode probabilities over the same drops and
-steps), the tiny model really trains through `MaxEntGRPOTrainer`. Every micro-batch the
-trainer's loss receives (placeholder rows included) is recorded, with the gradient and the parameters around each
-optimizer step. The reference is stock TRL's `GRPOTrainer._compute_loss` on the same micro-batches with the dropped
-rows physically removed, applied to a copy of the weights and averaged over the micro-batches that hold kept rows,
-and the same optimizer (its state copied) stepped on that gradient. A window whose micro-batches hold no kept row
-must leave every parameter exactly as it was.
+The matrix: every TRL 1.16 `loss_type` x the optimizer-window layout (steps_per_generation below, equal to and above
+gradient_accumulation_steps) x TRL's entropy bonus (off, on) x {no drop, partial drop, one generation batch of the
+window fully dropped, the whole window dropped} (and the listwise objective with policy mode probabilities over drops
+and layouts). The tiny model really trains through `MaxEntGRPOTrainer`. Every micro-batch of each optimizer window
+(placeholder rows included) is recorded, with the gradient and the parameters around each optimizer step.
+
+The reference is stock TRL's `GRPOTrainer._compute_loss` on the same micro-batches with the dropped rows physically
+removed, on a copy of the weights, with the micro-batches that hold nothing left out of TRL's averages: for the
+losses TRL normalises per micro-batch, and for its entropy bonus, a micro-batch without a kept row does not count;
+for dapo, cispo and vespo (normalised by their generation batch's kept tokens) a generation batch without a kept
+token does not count. The same optimizer (its state copied) then steps on that gradient. A window whose micro-batches
+hold no kept row must leave every parameter exactly as it was.
 """
 
 from __future__ import annotations
@@ -47,9 +51,13 @@ class RecordingTrainer(MaxEntGRPOTrainer):
         self.windows: list[dict] = []
         self._micro_batches: list[dict] = []
 
-    def _compute_loss(self, model, inputs):
-        self._micro_batches.append({k: v.detach().clone() if torch.is_tensor(v) else v for k, v in inputs.items()})
-        return super()._compute_loss(model, inputs)
+    def _plan_window(self):
+        plan = super()._plan_window()  # the window's micro-batches, an empty window's included
+        self._micro_batches = [
+            {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in micro_batch.items()}
+            for micro_batch in self._window_inputs
+        ]
+        return plan
 
     def create_optimizer(self, *args, **kwargs):
         optimizer = super().create_optimizer(*args, **kwargs)
@@ -86,12 +94,17 @@ class RecordingTrainer(MaxEntGRPOTrainer):
 
 
 PROMPTS = [f"p{i}:" for i in range(NUM_PROMPTS)]
-#: Backend faults per scenario: "partial" empties the 2nd, 3rd and 6th group of every generation call.
+#: Backend faults per scenario: "partial" empties the 2nd, 3rd and 6th group of every generation call; "generation"
+#: every group of the second call (the window's second generation batch when steps_per_generation is below
+#: gradient_accumulation_steps, else the next window's).
 DROPS = {
     "none": {},
     "partial": {"empty_positions": frozenset({1, 2, 5})},
+    "generation": {"empty_calls": frozenset({1})},
     "full": {"dropped": frozenset(PROMPTS)},
 }
+#: (steps_per_generation, gradient_accumulation_steps): below, equal to and above.
+LAYOUTS = {"spg_below_ga": (1, 2), "spg_equals_ga": (2, 2), "spg_above_ga": (4, 2)}
 
 
 def _train(
@@ -102,6 +115,7 @@ def _train(
     gradient_accumulation_steps,
     dropped=frozenset(),
     empty_positions=frozenset(),
+    empty_calls=frozenset(),
     max_steps=1,
     model_path=None,
     **extra,
@@ -109,7 +123,7 @@ def _train(
     model, tokenizer = tiny_model_and_tokenizer()
     if model_path is not None:  # a reference model (beta > 0) is loaded by name
         model = str(model_path)
-    backend = TaggedBackend(tokenizer, empty_prompts=dropped, empty_positions=empty_positions)
+    backend = TaggedBackend(tokenizer, empty_prompts=dropped, empty_positions=empty_positions, empty_calls=empty_calls)
     overrides = {
         "loss_type": loss_type,
         "per_device_train_batch_size": ROWS_PER_DEVICE,
@@ -157,18 +171,29 @@ def _kept_only(micro_batch):
 
 
 def _reference_gradient(trainer, window):
-    """Stock TRL's loss on the kept rows alone, on a copy of the weights, averaged over the micro-batches that hold
-    kept rows (TRL averages over micro-batches; one without data must not count as a zero)."""
+    """Stock TRL's loss on the kept rows alone, on a copy of the weights, with what holds nothing left out of TRL's
+    averages (see the module docstring): TRL divided each micro-batch's term by the window's micro-batches, M.
+
+    The policy term and the entropy bonus may need different factors (dapo with a micro-batch without kept rows in a
+    generation batch with data). TRL's fused log-prob / entropy backward is not exactly linear in the weights of the
+    two terms, so they are not differentiated apart: the bonus's coefficient carries the ratio of the two factors and
+    the loss the policy's, as one TRL loss.
+    """
     reference = copy.deepcopy(trainer.model)
     reference.load_state_dict(window["before"], strict=False)
     reference.train()
-    micro_batches = [mb for mb in window["micro_batches"] if bool(_keep(mb).any())]
-    for micro_batch in micro_batches:
-        GRPOTrainer._compute_loss(trainer, reference, _kept_only(micro_batch)).backward()
-    if trainer.loss_type in PER_MICRO_BATCH_LOSSES:  # TRL divided each micro-batch's loss by the window's size
-        for param in reference.parameters():
-            if param.grad is not None:
-                param.grad.mul_(len(window["micro_batches"]) / len(micro_batches))
+    micro_batches = window["micro_batches"]
+    kept = [mb for mb in micro_batches if bool(_keep(mb).any())]
+    with_tokens = [mb for mb in micro_batches if bool(mb["num_items_in_batch"] > 0)]
+    policy_share = len(kept) if trainer.loss_type in PER_MICRO_BATCH_LOSSES else len(with_tokens)
+    policy_factor, bonus_factor = len(micro_batches) / policy_share, len(micro_batches) / len(kept)
+    coefficient = trainer.entropy_coef
+    trainer.entropy_coef = coefficient * bonus_factor / policy_factor
+    try:
+        for micro_batch in kept:
+            (GRPOTrainer._compute_loss(trainer, reference, _kept_only(micro_batch)) * policy_factor).backward()
+    finally:
+        trainer.entropy_coef = coefficient
     return reference, {n: p.grad for n, p in reference.named_parameters() if n in window["before"]}
 
 
@@ -201,25 +226,35 @@ def _check_window(trainer, window):
     return gradient_error, _relative_error(update, expected_update)
 
 
-@pytest.mark.parametrize("gradient_accumulation_steps", [1, 2])
-@pytest.mark.parametrize("steps_per_generation", [1, 4])
-@pytest.mark.parametrize("drop", ["none", "partial", "full"])
+#: Every (layout, drop): a dropped second generation call is the window's second generation batch only below.
+MATRIX = [(layout, drop) for layout in LAYOUTS for drop in DROPS if drop != "generation" or layout == "spg_below_ga"]
+
+
+@pytest.mark.parametrize("entropy_coef", [0.0, 0.01])
+@pytest.mark.parametrize(("layout", "drop"), MATRIX)
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
-def test_update_equals_that_of_the_kept_rows_alone(
-    tmp_path, loss_type, drop, steps_per_generation, gradient_accumulation_steps
-):
+def test_update_equals_that_of_the_kept_rows_alone(tmp_path, loss_type, layout, drop, entropy_coef):
+    steps_per_generation, gradient_accumulation_steps = LAYOUTS[layout]
     trainer = _train(
         tmp_path,
         loss_type=loss_type,
         **DROPS[drop],
         steps_per_generation=steps_per_generation,
         gradient_accumulation_steps=gradient_accumulation_steps,
+        entropy_coef=entropy_coef,
     )
     assert len(trainer.windows) == 1
     (window,) = trainer.windows
     assert len(window["micro_batches"]) == gradient_accumulation_steps
-    keep = torch.cat([_keep(mb) for mb in window["micro_batches"]])
-    assert {"none": keep.all(), "partial": keep.any() and not keep.all(), "full": not keep.any()}[drop]
+    keep = [_keep(mb) for mb in window["micro_batches"]]
+    whole = torch.cat(keep)
+    emptied = [not bool(k.any()) for k in keep]  # micro-batches of the window without a kept row
+    assert {
+        "none": whole.all(),
+        "partial": whole.any() and not whole.all(),
+        "generation": emptied == [False, True],
+        "full": not whole.any(),
+    }[drop]
     gradient_error, update_error = _check_window(trainer, window)
     assert gradient_error <= 1e-6 and update_error <= 1e-6, (gradient_error, update_error)
     for entry in trainer.state.log_history:
@@ -342,3 +377,52 @@ def test_a_skipped_optimizer_step_does_not_carry_its_data_into_the_next_window(t
     trainer.train()
     for name, param in trainer.model.named_parameters():
         assert torch.equal(param.detach(), before[name]), f"{name} moved"
+
+
+#: One group of four kept per generation batch of 16 rows, shuffled by TRL into 4 micro-batches of 4, two per window:
+#: with this seed both windows hold a micro-batch without a kept row beside one with, in a generation batch with data.
+#: dapo's policy term then counts both micro-batches (its normaliser is the generation batch's) and its entropy bonus
+#: only one (a per-micro-batch mean): the two get different factors.
+UNEVEN_WINDOWS = {
+    "loss_type": "dapo",
+    "empty_positions": frozenset({1, 2, 3}),
+    "per_device_train_batch_size": 4,
+    "steps_per_generation": 4,
+    "gradient_accumulation_steps": 2,
+    "max_steps": 2,
+    "seed": 2,
+}
+
+
+def _uneven(window) -> bool:
+    kept = [bool(_keep(mb).any()) for mb in window["micro_batches"]]
+    return any(kept) and not all(kept)
+
+
+def test_the_entropy_bonus_of_a_token_normalised_loss_counts_only_micro_batches_with_data(tmp_path):
+    trainer = _train(tmp_path, **UNEVEN_WINDOWS, entropy_coef=0.01)
+    assert len(trainer.windows) == 2 and all(map(_uneven, trainer.windows))
+    for window in trainer.windows:
+        gradient_error, update_error = _check_window(trainer, window)
+        assert gradient_error <= 1e-6 and update_error <= 1e-6, (gradient_error, update_error)
+
+
+def test_adaptive_entropy_control_moves_the_unscaled_coefficient(tmp_path):
+    # The coefficient is scaled inside the loss (see UNEVEN_WINDOWS); TRL's adaptive control must still move, and
+    # log, the coefficient it was given. TRL applies no bonus before its first entropy measurement, so the second
+    # window is the one whose gradient is checked.
+    trainer = _train(
+        tmp_path,
+        **UNEVEN_WINDOWS,
+        entropy_coef=0.01,
+        use_adaptive_entropy=True,
+        entropy_target=100.0,  # above any entropy: the bonus applies and the coefficient goes up by one delta a step
+        entropy_coef_delta=0.002,
+    )
+    assert all(map(_uneven, trainer.windows))
+    assert trainer.entropy_coef == pytest.approx(0.014)
+    logged = [entry["entropy_coef"] for entry in trainer.state.log_history if "entropy_coef" in entry]
+    assert logged == [pytest.approx(0.012), pytest.approx(0.014)]
+    trainer.use_adaptive_entropy, trainer.entropy_coef = False, 0.012  # the reference: the coefficient that applied
+    gradient_error, update_error = _check_window(trainer, trainer.windows[1])
+    assert gradient_error <= 1e-6 and update_error <= 1e-6, (gradient_error, update_error)

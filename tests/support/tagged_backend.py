@@ -37,6 +37,7 @@ class TaggedBackend:
     always_fail: bool = False
     empty_positions: frozenset[int] = frozenset()  # request positions whose group always comes back empty
     empty_prompts: frozenset[str] = frozenset()  # prompts whose group always comes back empty
+    empty_calls: frozenset[int] = frozenset()  # calls (0, 1, ...) in which every group comes back empty
     seed: int = 0
     calls: list[list[int]] = field(default_factory=list)
     _counter: int = 0
@@ -56,6 +57,7 @@ class TaggedBackend:
         return Completion(text=text, prompt_ids=prompt_ids, completion_ids=ids, logprobs=[-1.0] * len(ids))
 
     def generate(self, prompts: Sequence[str], counts: Sequence[int]) -> list[list[Completion]]:
+        call = len(self.calls)
         self.calls.append(list(counts))
         if self.always_fail:
             raise ConnectionError("backend is down")
@@ -63,7 +65,7 @@ class TaggedBackend:
             raise TimeoutError("injected backend timeout")
         groups = []
         for position, (prompt, count) in enumerate(zip(prompts, counts, strict=True)):
-            if position in self.empty_positions or prompt in self.empty_prompts:
+            if position in self.empty_positions or prompt in self.empty_prompts or call in self.empty_calls:
                 groups.append([])
                 continue
             if count > 1 and self._rng.random() < self.short_group_rate:

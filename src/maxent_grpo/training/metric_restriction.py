@@ -26,6 +26,15 @@ def forget_metrics(metrics: Metrics, names: list[str], logged_before: Mapping[st
             del metrics[name]
 
 
+#: What TRL logs during a loss call that is the state of a controller, not a measurement of the micro-batch's rows.
+CONTROLLER_METRICS = frozenset({"entropy_coef"})
+
+
+def forget_placeholder_metrics(metrics: Metrics, logged_before: Mapping[str, int]) -> None:
+    """A loss call on placeholder rows only (no process held data): forget what it measured, keep controller state."""
+    forget_metrics(metrics, [name for name in metrics if name not in CONTROLLER_METRICS], logged_before)
+
+
 def forget_unkept_batch(metrics: Metrics, logged_before: Mapping[str, int]) -> None:
     """A batch without a single kept row: its reward and sampling metrics are absent, not NaN or 0."""
     names = [name for name in metrics if name.startswith(("reward", "frac_reward_zero_std", "sampling/"))]

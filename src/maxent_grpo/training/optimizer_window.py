@@ -1,14 +1,33 @@
-"""The gradient of an optimizer window, finished before clipping and the optimizer step (invariant I6).
+"""The correction that keeps dropped rows out of an optimizer step, applied to each micro-batch's loss (invariant I6).
 
-A window is the micro-batches one optimizer step accumulates. A window in which no process held a kept row in any
-micro-batch gets no gradient at all, so the optimizer changes no parameter (no momentum or weight-decay step
-either). Otherwise, for the loss types TRL normalises per micro-batch, the gradient becomes the mean over the
-(process, micro-batch) units that held kept rows (TRL's own mean over micro-batches and processes when nothing is
-dropped): a unit without data would otherwise count as a zero and shrink the step. dapo, cispo and vespo are
-normalised by the window's kept token count already.
+An optimizer window is the micro-batches one optimizer step accumulates. TRL normalises each micro-batch's loss as if
+every micro-batch held data, so a micro-batch whose rows were all dropped would count as a zero and shrink the step.
+The correction is therefore a factor on each micro-batch's loss, and it has to be known *before* that micro-batch's
+backward: DeepSpeed steps its engine inside the backward of a window's last micro-batch (accelerate's
+`DeepSpeedEngineWrapper.backward`), so a gradient fixed after the last backward would come too late, and FSDP and DDP
+reduce gradients during backward too. Weights do not change inside a window, so the trainer generates all of a
+window's generation batches at its first micro-batch (what TRL would generate later in the window, from the same
+weights and the same inputs) and plans the whole window from their keep masks, with one gather.
+
+With ``P`` processes and a window of ``M`` micro-batches, ``U`` of the ``P * M`` (process, micro-batch) units holding
+a kept row, the factors are (`WindowPlan.factors`):
+
+- grpo, bnpo, dr_grpo, sapo, luspo (normalised per micro-batch, then averaged over the window's ``P * M`` units):
+  ``P * M / U``, the mean over the units that hold data;
+- dapo, cispo, vespo (normalised by the kept tokens of their generation batch, ``num_items_in_batch``): ``M / K``,
+  ``K`` the window's micro-batches whose generation batch holds any kept token (only below 1 when a window spans
+  several generation batches, ``steps_per_generation < gradient_accumulation_steps``, and one of them was dropped);
+- TRL's entropy bonus (``entropy_coef``; a per-micro-batch mean whatever the loss type): ``P * M / U``.
+
+A window with no kept row on any process (``U == 0``, the same decision on every process) runs no forward and no
+backward at all, so no engine steps: no parameter, momentum or weight-decay change under DDP, DeepSpeed or FSDP alike.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -16,34 +35,57 @@ import torch
 PER_MICRO_BATCH_LOSSES = frozenset({"grpo", "bnpo", "dr_grpo", "sapo", "luspo"})
 
 
-class OptimizerWindow:
-    """Counts, over one optimizer window, the (process, micro-batch) units that held a kept row."""
+@dataclass(frozen=True)
+class WindowPlan:
+    """The loss factors of one optimizer window, identical on every process.
 
-    def __init__(self, loss_type: str) -> None:
-        self.loss_type = loss_type
-        self.units = 0
+    Attributes:
+        start: TRL's micro-step counter (``GRPOTrainer._step``) at the window's first micro-batch.
+        kept_rows: kept rows of each (process, micro-batch), gathered, [P, M].
+        generation_has_data: whether each micro-batch's generation batch holds a kept token anywhere, [M].
+        loss_type: TRL's ``loss_type``.
+    """
 
-    def add(self, units: int) -> None:
-        """Count ``units`` more (process, micro-batch) pairs with kept rows (the same on every process)."""
-        self.units += units
+    start: int
+    kept_rows: torch.Tensor
+    generation_has_data: list[bool]
+    loss_type: str
+
+    @classmethod
+    def of(
+        cls,
+        start: int,
+        micro_batches: Sequence[dict[str, Any]],
+        *,
+        keep_key: str,
+        loss_type: str,
+        gather: Callable[[torch.Tensor], torch.Tensor],
+        device: torch.device,
+    ) -> WindowPlan:
+        """The plan of the window whose prepared micro-batches are ``micro_batches`` (one gather: a collective)."""
+        local = torch.tensor([int(batch[keep_key].sum()) for batch in micro_batches], device=device)
+        kept_rows = gather(local.unsqueeze(0)).cpu()
+        generation_has_data = [bool(batch["num_items_in_batch"] > 0) for batch in micro_batches]
+        return cls(start, kept_rows, generation_has_data, loss_type)
+
+    @property
+    def size(self) -> int:
+        """M, the window's micro-batches."""
+        return len(self.generation_has_data)
+
+    def holds(self, step: int) -> bool:
+        """Whether TRL's micro-step ``step`` belongs to this window."""
+        return self.start <= step < self.start + self.size
 
     @property
     def empty(self) -> bool:
-        """No unit of the window so far held a kept row."""
-        return self.units == 0
+        """No process holds a kept row in any micro-batch of the window."""
+        return not bool(self.kept_rows.any())
 
-    def close(self, model: torch.nn.Module, *, num_processes: int, accumulation_steps: int) -> None:
-        """Finish the window's gradient (see the module docstring) and start a new window."""
-        units, self.units = self.units, 0
-        parameters = list(model.parameters())
-        if units == 0:
-            for parameter in parameters:
-                parameter.grad = None
-            return
-        if self.loss_type not in PER_MICRO_BATCH_LOSSES:
-            return
-        factor = num_processes * accumulation_steps / units
-        if factor != 1.0:
-            for parameter in parameters:
-                if parameter.grad is not None:
-                    parameter.grad.mul_(factor)
+    def factors(self) -> tuple[float, float]:
+        """``(loss factor, entropy-bonus factor)`` for every micro-batch of a window that is not `empty`."""
+        units = int((self.kept_rows > 0).sum())
+        per_unit = self.kept_rows.numel() / units
+        if self.loss_type in PER_MICRO_BATCH_LOSSES:
+            return per_unit, per_unit
+        return self.size / sum(self.generation_has_data), per_unit
