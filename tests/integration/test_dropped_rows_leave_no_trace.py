@@ -262,6 +262,29 @@ def test_update_equals_that_of_the_kept_rows_alone(tmp_path, loss_type, layout, 
             assert not (isinstance(value, float) and math.isnan(value)), key
 
 
+@pytest.mark.parametrize("drop", ["partial", "generation"])
+@pytest.mark.parametrize("layout", ["spg_below_ga", "spg_equals_ga"])
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_reused_generation_batches_num_iterations_two(tmp_path, loss_type, layout, drop):
+    # Each generation batch trains twice (TRL's num_iterations): windows may hold the same generation batch twice,
+    # and with the second generation call dropped the second window holds nothing.
+    steps_per_generation, gradient_accumulation_steps = LAYOUTS[layout]
+    trainer = _train(
+        tmp_path,
+        loss_type=loss_type,
+        **DROPS[drop],
+        steps_per_generation=steps_per_generation,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        num_iterations=2,
+        max_steps=2,
+        entropy_coef=0.01,
+    )
+    assert len(trainer.windows) == 2
+    for window in trainer.windows:
+        gradient_error, update_error = _check_window(trainer, window)
+        assert gradient_error <= 1e-6 and update_error <= 1e-6, (gradient_error, update_error)
+
+
 @pytest.mark.parametrize("gradient_accumulation_steps", [1, 2])
 @pytest.mark.parametrize("steps_per_generation", [1, 4])
 @pytest.mark.parametrize("drop", ["none", "partial", "full"])
