@@ -8,9 +8,10 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -36,10 +37,12 @@ class VLLMServerProcess:
         max_model_len: int = 128,
         weight_transfer: str | None = None,
         extra_args: tuple[str, ...] = (),
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
         self.port = free_port() if port is None else port
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.weight_transfer = weight_transfer
+        self.extra_env = dict(extra_env or {})
         vllm_args = ["--dtype", "float32", "--max-model-len", str(max_model_len), "--enforce-eager", *extra_args]
         self.command = serve_command(
             str(model_dir), host="127.0.0.1", port=self.port, weight_transfer=weight_transfer, vllm_args=vllm_args
@@ -49,7 +52,7 @@ class VLLMServerProcess:
 
     def start(self) -> VLLMServerProcess:
         env = serve_environment(
-            {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")},
+            {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), **self.extra_env},
             self.weight_transfer,
         )
         # A session of its own: the server's engine core is a child process that outlives a killed parent otherwise.
@@ -104,9 +107,12 @@ class VLLMServerProcess:
 
 
 @contextmanager
-def running_vllm_server(model_dir: str | Path, port: int | None = None, timeout: float = 300.0) -> Iterator[str]:
-    """Start a server, wait until it is ready, yield its base URL; stop it afterwards."""
-    server = VLLMServerProcess(model_dir, port).start()
+def running_vllm_server(
+    model_dir: str | Path, port: int | None = None, timeout: float = 300.0, **options: Any
+) -> Iterator[str]:
+    """Start a server (``options``: `VLLMServerProcess`'s), wait until it is ready, yield its base URL; stop it
+    afterwards."""
+    server = VLLMServerProcess(model_dir, port, **options).start()
     try:
         server.wait_ready(timeout)
         yield server.base_url

@@ -169,7 +169,8 @@ class GenerationStep:
     ) -> RefillResult:
         """Dynamic sampling: replace groups without learning signal (prompts and ``inputs`` rows in place).
 
-        Rows scored in an earlier round keep their rewards; rows of dropped groups score NaN.
+        Rows scored in an earlier round keep their rewards; rows of dropped groups score NaN. No refill round starts
+        once any process is past the step's deadline.
         """
         current = agreement
         rewards: torch.Tensor | None = None
@@ -198,9 +199,15 @@ class GenerationStep:
             prompts=batch.prompts,
             score=score_rows,
             regenerate=regenerate,
+            out_of_time=None if self.deadline is None else self._out_of_time,
         )
         assert rewards is not None  # refill scores at least once
         return RefillResult(current, rewards, outcome)
+
+    def _out_of_time(self) -> bool:
+        """Whether any process is past the step's deadline (a collective)."""
+        assert self.deadline is not None
+        return self.collectives.any(time.monotonic() >= self.deadline)
 
     def metrics(self, batch: LocalBatch, agreement: GroupAgreement, stop_ids: Sequence[int]) -> StepMetrics:
         """Robustness counters summed over processes, and completion statistics over kept rows only."""

@@ -27,6 +27,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from typing import Any, NoReturn
 
 import requests
@@ -157,8 +158,7 @@ class ServerWeightSync:
         """The version the server claims (``"default"`` for its launch weights); None when it cannot be reached."""
         try:
             answer = self._exchange("GET", "/weight_info", None, _VERSION_TIMEOUT_SECONDS)
-        except TRANSIENT_ERRORS as exc:
-            logger.info("GET %s/weight_info failed: %s: %s", self.base_url, type(exc).__name__, exc)
+        except TRANSIENT_ERRORS:
             return None
         if answer.status == 404:
             raise WeightsRefused(
@@ -182,7 +182,11 @@ class ServerWeightSync:
         left = min(timeout, self._time_left())
         if left <= 0:
             raise requests.Timeout("the generation step's time budget is spent")
-        return exchange(self.session, method, f"{self.base_url}{path}", payload, time.monotonic() + left)
+        try:
+            return exchange(self.session, method, f"{self.base_url}{path}", payload, time.monotonic() + left)
+        except TRANSIENT_ERRORS as exc:
+            logger.info("%s %s%s failed: %s: %s", method, self.base_url, path, type(exc).__name__, exc)
+            raise
 
     def _wait_for_version(self) -> bool:
         """Poll until the server claims the trainer's version (pushed by another process); False when it cannot be
@@ -261,15 +265,18 @@ class ServerWeightSync:
             self._stop(f"the vLLM server at {self.base_url} has no POST /pause: {_SERVER_HINT}")
         if pause.status != 200:
             return f"POST /pause answered HTTP {pause.status}: {pause.text(300)}"
+        payload = {"method": RELOAD_METHOD, "kwargs": {"weights_path": path}}
         try:
-            payload = {"method": RELOAD_METHOD, "kwargs": {"weights_path": path}}
             refusal = self._reload_problem(self._exchange("POST", "/collective_rpc", payload, self.request_timeout))
             if refusal is None:
                 reset = self._exchange("POST", "/reset_prefix_cache", None, self.request_timeout)
                 if reset.status != 200:
                     refusal = f"POST /reset_prefix_cache answered HTTP {reset.status}: {reset.text(300)}"
-        finally:
-            resume = self._exchange("POST", "/resume", None, self.request_timeout)
+        except (*TRANSIENT_ERRORS, WeightsRefused):
+            with suppress(*TRANSIENT_ERRORS):  # leave the server generating if it still answers
+                self._resume()
+            raise
+        resume = self._resume()
         if refusal is not None:
             return refusal
         if resume.status != 200:
@@ -278,6 +285,14 @@ class ServerWeightSync:
         if claimed.status != 200:
             return f"POST /update_weight_version answered HTTP {claimed.status}: {claimed.text(300)}"
         return None
+
+    def _resume(self) -> Answer:
+        """``POST /resume``, tried twice: vLLM closes the connection after an error answer (a failed reload), and a
+        request sent on it meanwhile is reset."""
+        try:
+            return self._exchange("POST", "/resume", None, self.request_timeout)
+        except TRANSIENT_ERRORS:
+            return self._exchange("POST", "/resume", None, self.request_timeout)
 
     def _reload_problem(self, answer: Answer) -> str | None:
         text = answer.text(600)

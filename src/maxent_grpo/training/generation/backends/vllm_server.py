@@ -22,8 +22,9 @@ logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
   completions are returned with ``failed=True``. A single token whose logprob is null or NaN is not bad data: it keeps
   NaN, which TRL leaves out of its importance-sampling correction. Any other HTTP 4xx answer to a completion request
   is bad data for that request's prompt (vLLM answers 400 to a prompt longer than its ``--max-model-len``): that
-  prompt's group comes back empty, logged and counted once, and the other prompts' groups are still returned. Bad data
-  is not retried here: the trainer's retry loop asks again for whatever is missing.
+  prompt's group comes back empty, logged and counted once, and the other prompts' groups are still returned; the
+  prompt (its token ids) is never sent again, however often the trainer asks for it. Other bad data is not retried
+  here: the trainer's retry loop asks again for whatever is missing.
 - ``configuration error``: a 4xx that no prompt can cause, so every request would get it: 401, 403 or 404 on
   ``POST /v1/completions`` (credentials, or a model name the server does not serve) and any 4xx on
   ``GET /v1/models`` (asked at start-up). Raised at once as `VLLMServerRequestError`, never retried. A configuration
@@ -49,10 +50,14 @@ from typing import Any
 
 import requests
 import torch
-from requests.adapters import HTTPAdapter
 from transformers import PreTrainedTokenizerBase
 
-from maxent_grpo.training.generation.backends.http_deadline import TRANSIENT_ERRORS, Answer, exchange
+from maxent_grpo.training.generation.backends.http_deadline import (
+    TRANSIENT_ERRORS,
+    Answer,
+    DeadlineAdapter,
+    exchange,
+)
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.backends.sampling import SamplingSettings, check_int, check_number
@@ -262,6 +267,7 @@ class VLLMServerBackend:
         self._jitter = random.Random()
         self._step_deadline: float | None = None
         self._first_contact: float | None = None
+        self._rejected: set[tuple[int, ...]] = set()
         self._session = self._make_session()
         self._weights = (
             None
@@ -334,6 +340,12 @@ class VLLMServerBackend:
         )
         return [[replace(c, failed=True) for c in group] for group in groups]
 
+    @property
+    def weight_version(self) -> str | None:
+        """With ``weights_directory``: the version of the latest training weights `sync_weights` wrote, which the
+        server must serve before it generates (None before the first sync, and without ``weights_directory``)."""
+        return None if self._weights is None else self._weights.version
+
     def set_deadline(self, deadline: float | None) -> None:
         """Bound every request that follows by ``deadline``, a `time.monotonic` instant (None: no bound but
         ``request_timeout``). The trainer sets it for the calls of a generation step with a time budget."""
@@ -370,7 +382,7 @@ class VLLMServerBackend:
     def _make_session(self) -> requests.Session:
         # `max_retries=0`: urllib3 must not retry behind our back; `_send` owns the retry policy.
         session = requests.Session()
-        adapter = HTTPAdapter(max_retries=0, pool_maxsize=self.max_concurrency)
+        adapter = DeadlineAdapter(max_retries=0, pool_maxsize=self.max_concurrency)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         return session
@@ -512,14 +524,19 @@ class VLLMServerBackend:
             "return_tokens_as_token_ids": True,
             **self.sampling.generation_kwargs,
         }
+        where = f"POST {self.base_url}{_COMPLETIONS_PATH}"
+        key = tuple(prompt_ids)
+        if key in self._rejected:
+            logger.info("%s: not sent: the server rejected this prompt before (its group is left empty)", where)
+            return []
         answer = self._send("POST", _COMPLETIONS_PATH, payload)
         if answer is None:
             return []
-        where = f"POST {self.base_url}{_COMPLETIONS_PATH}"
         if answer.status >= 400:
+            self._rejected.add(key)
             return self._bad_group(
                 f"{where} rejected the prompt with HTTP {answer.status}: {answer.text(500)}; its group is left empty "
-                "(not retried)"
+                "(the prompt is not sent again)"
             )
         try:
             choices = answer.json()["choices"]
