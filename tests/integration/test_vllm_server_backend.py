@@ -124,6 +124,10 @@ def test_fault_free_groups_have_the_asked_sizes_and_consistent_tokens(servers, t
         "infrastructure_failures": 0,
         "bad_data": 0,
         "out_of_time": 0,
+        "weight_pushes": 0,
+        "weight_resyncs": 0,
+        "weight_refusals": 0,
+        "stale_completions": 0,
     }
     assert not any("failure" in m or "bad data" in m for m in messages(backend_logs))
 

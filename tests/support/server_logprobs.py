@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import requests
 import torch
 
@@ -24,3 +26,26 @@ def model_logprobs(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
     with torch.no_grad():
         logits = model(torch.tensor([ids], device=model.device)).logits[0, :-1].double().log_softmax(-1)
     return logits.gather(1, torch.tensor(ids[1:], device=logits.device)[:, None])[:, 0].cpu()
+
+
+class ProbeAfterEachCall:
+    """Wraps ``backend.generate``: after every call that brought completions back, the server's log-probs of
+    `PROBE_TEXT` against ``model`` (being trained: the server must serve its weights) and against a copy of ``model``
+    as it is now (the initial weights), as max absolute differences."""
+
+    def __init__(self, backend, model: torch.nn.Module, tokenizer, base_url: str) -> None:
+        self.ids = tokenizer(PROBE_TEXT)["input_ids"]
+        initial = model_logprobs(copy.deepcopy(model), self.ids)
+        self.to_current: list[float] = []
+        self.to_initial: list[float] = []
+        generate = backend.generate
+
+        def probed(prompts, counts):
+            groups = generate(prompts, counts)
+            if any(groups):
+                served = server_logprobs(base_url, self.ids)
+                self.to_current.append((served - model_logprobs(model, self.ids)).abs().max().item())
+                self.to_initial.append((served - initial).abs().max().item())
+            return groups
+
+        backend.generate = probed

@@ -6,7 +6,6 @@ wrapped so that a test can inject reload faults (`tests.support.failing_reload`;
 
 from __future__ import annotations
 
-import copy
 import os
 import threading
 from pathlib import Path
@@ -20,7 +19,7 @@ from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.training.generation.backends.protocol import GenerationStopped
 from tests.support import failing_reload
 from tests.support.real_vllm_server import running_vllm_server
-from tests.support.server_logprobs import PROBE_TEXT, model_logprobs, server_logprobs
+from tests.support.server_logprobs import ProbeAfterEachCall
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -74,34 +73,11 @@ def server_mode_trainer(model_dir, url, output_dir, **overrides):
     )
 
 
-class ProbeAfterEachCall:
-    """Wraps the backend's ``generate``: after every call, the server's log-probs of `PROBE_TEXT` against the model
-    being trained (which the server must serve) and against the initial model."""
-
-    def __init__(self, trainer: MaxEntGRPOTrainer, url: str) -> None:
-        self.trainer, self.url = trainer, url
-        self.ids = trainer.processing_class(PROBE_TEXT)["input_ids"]
-        self.initial = model_logprobs(copy.deepcopy(trainer.model), self.ids)
-        self.to_current: list[float] = []
-        self.to_initial: list[float] = []
-        backend = trainer.generation_backend
-        generate = backend.generate
-
-        def probed(prompts, counts):
-            groups = generate(prompts, counts)
-            served = server_logprobs(self.url, self.ids)
-            self.to_current.append((served - model_logprobs(trainer.model, self.ids)).abs().max().item())
-            self.to_initial.append((served - self.initial).abs().max().item())
-            return groups
-
-        backend.generate = probed
-
-
 def test_server_mode_on_a_cpu_trainer_samples_from_the_current_weights_at_every_step(
     server_url, vllm_model_dir, tmp_path
 ):
     trainer = server_mode_trainer(vllm_model_dir, server_url, tmp_path, max_steps=4)
-    probe = ProbeAfterEachCall(trainer, server_url)
+    probe = ProbeAfterEachCall(trainer.generation_backend, trainer.model, trainer.processing_class, server_url)
     trainer.train()
 
     backend = trainer.generation_backend
@@ -119,7 +95,7 @@ def test_a_reload_that_fails_once_is_retried_and_training_stays_on_policy(
     server_url, vllm_model_dir, tmp_path, faults
 ):
     trainer = server_mode_trainer(vllm_model_dir, server_url, tmp_path, max_steps=2)
-    probe = ProbeAfterEachCall(trainer, server_url)
+    probe = ProbeAfterEachCall(trainer.generation_backend, trainer.model, trainer.processing_class, server_url)
     faults.write_text("fail 1")
     trainer.train()
 
