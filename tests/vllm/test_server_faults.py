@@ -98,7 +98,7 @@ def test_server_killed_and_restarted_during_training(vllm_model_dir, tmp_path):
     assert dropped[1] == dropped[2] == 0
     assert dropped[3] == dropped[4] == 2  # both prompt groups of each step while the server was down
     assert all(dropped[step] == 0 for step in (5, 6, 7, 8))
-    assert backend.stats["retries"] > 0 and backend.stats["infrastructure_failures"] > 0
+    assert backend.stats["infrastructure_failures"] > 0  # calls not sent: the version check found no server
     assert reward.rows_seen == 6 * 8  # the six steps with data; a fully dropped batch is never scored
     # Every call that brought completions back, before the kill and after the restart, came from the trained weights.
     print(f"max |server - trained| per call {probe.to_current}")

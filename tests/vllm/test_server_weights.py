@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.training.generation.backends.protocol import GenerationStopped
+from tests.distributed.test_two_processes import _launch
 from tests.support import failing_reload
 from tests.support.real_vllm_server import running_vllm_server
 from tests.support.server_logprobs import ProbeAfterEachCall
@@ -133,3 +134,17 @@ def test_a_server_that_keeps_refusing_the_weights_stops_training_with_one_line(
     assert trainer.state.global_step == 0
     served = requests.get(f"{server_url}/weight_info", timeout=10).json()["weight_version"]
     assert served.endswith(".refused")  # never claimed as the trainer's version
+
+
+@pytest.mark.distributed
+def test_two_processes_share_one_server_only_process_0_pushes_and_both_agree_on_the_version(
+    server_url, vllm_model_dir, tmp_path
+):
+    rank0, rank1 = _launch(tmp_path, str(vllm_model_dir), server_url, probe="probe_server.py")
+
+    print(f"two processes, one server: versions {rank0['versions']}, |server - trained| {rank0['to_current']}")
+    assert rank0["versions"] == rank1["versions"] and len(set(rank0["versions"])) == 3  # one version per step
+    assert rank0["weight_pushes"] == 3 and rank1["weight_pushes"] == 0
+    assert len(rank0["to_current"]) >= 3 and len(rank1["to_current"]) >= 3
+    assert max(rank0["to_current"] + rank1["to_current"]) < 1e-3
+    assert rank0["rows_seen"] == rank1["rows_seen"] == 3 * 6

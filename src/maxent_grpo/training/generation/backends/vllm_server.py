@@ -205,12 +205,13 @@ class VLLMServerBackend:
 
     ``stats`` counts ``requests`` (HTTP completion requests sent, every try included), ``retries`` (tries that failed
     and were tried again), ``infrastructure_failures`` (requests abandoned after ``max_attempts``: their prompts came
-    back empty), ``bad_data`` (answers or completions that were short, out of vocabulary, empty or malformed, and
-    prompts the server rejected), ``out_of_time`` (requests given up, or not sent, because the step's time budget
-    was spent) and, with ``weights_directory``, ``weight_pushes`` (versions loaded into the server), ``weight_resyncs``
-    (pushes of a version the server had already been given: it restarted), ``weight_refusals`` (pushes the server
-    answered but did not take) and ``stale_completions`` (completions marked failed because the server's version
-    changed while they were generated).
+    back empty; and calls not sent because the server did not serve the trainer's weight version), ``bad_data``
+    (answers or completions that were short, out of vocabulary, empty or malformed, and prompts the server rejected),
+    ``out_of_time`` (requests given up, or not sent, because the step's time budget was spent) and, with
+    ``weights_directory``, ``weight_pushes`` (versions loaded into the server), ``weight_resyncs`` (pushes of a version
+    the server had already been given: it restarted), ``weight_refusals`` (pushes the server answered but did not take)
+    and ``stale_completions`` (completions marked failed because the server's version changed while they were
+    generated).
     """
 
     def __init__(
@@ -308,6 +309,7 @@ class VLLMServerBackend:
         if model is None:
             return groups
         if weights is not None and not weights.ensure():
+            self._count("infrastructure_failures")
             logger.warning(
                 "not generating for %d prompt(s): the vLLM server at %s does not serve the training weights (version "
                 "%r); their groups are retried or dropped",
