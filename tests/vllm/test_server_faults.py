@@ -16,7 +16,7 @@ from transformers import TrainerCallback
 
 from maxent_grpo import MaxEntGRPOTrainer
 from tests.support.real_vllm_server import VLLMServerProcess
-from tests.support.server_logprobs import ProbeAfterEachCall
+from tests.support.server_logprobs import PROBE_TEXT, ProbeAfterEachCall, server_logprobs
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 from tests.vllm.test_server_process import StepLogs, model_and_tokenizer, server_backend
 
@@ -84,7 +84,8 @@ def test_server_killed_and_restarted_during_training(vllm_model_dir, tmp_path):
         worker.start()
         worker.join(timeout=600)
         wall = time.monotonic() - start
-        resynced = resync_after_another_push(backend, probe, model, tokenizer, tmp_path)
+        training_diffs, training_pushes = list(probe.to_current), backend.stats["weight_pushes"]
+        resynced = resync_after_another_push(backend, model, tokenizer, tmp_path)
     finally:
         server.close()
         if restart.restarted is not None:
@@ -101,16 +102,19 @@ def test_server_killed_and_restarted_during_training(vllm_model_dir, tmp_path):
     assert backend.stats["infrastructure_failures"] > 0  # calls not sent: the version check found no server
     assert reward.rows_seen == 6 * 8  # the six steps with data; a fully dropped batch is never scored
     # Every call that brought completions back, before the kill and after the restart, came from the trained weights.
-    print(f"max |server - trained| per call {probe.to_current}")
-    assert len(probe.to_current) >= 6 and max(probe.to_current) < 1e-3
+    print(f"max |server - trained| per call {training_diffs}")
+    assert len(training_diffs) >= 6 and max(training_diffs) < 1e-3
     assert min(probe.to_initial[1:]) > 1e-2
-    assert backend.stats["weight_pushes"] == 6  # steps 3 and 4 found no server; step 5 pushed into the new one
+    assert training_pushes == 6  # steps 3 and 4 found no server; step 5 pushed into the new one
     assert resynced
 
 
-def resync_after_another_push(backend, probe, model, tokenizer, tmp_path) -> bool:
+def resync_after_another_push(backend, model, tokenizer, tmp_path) -> bool:
     """Another trainer pushes its own weights into the server (shared by mistake); the next call of ``backend``
-    must push the trainer's version again before it generates. True when it did."""
+    must push the trainer's version again before it generates: the server's log-probs of the probe text are then
+    those it had before the other push. True when it did."""
+    ids = tokenizer(PROBE_TEXT)["input_ids"]
+    before = server_logprobs(backend.base_url, ids)  # the trainer's last version
     other_model = copy.deepcopy(model)
     with torch.no_grad():
         for parameter in other_model.parameters():
@@ -118,14 +122,14 @@ def resync_after_another_push(backend, probe, model, tokenizer, tmp_path) -> boo
     other = server_backend(backend.base_url, tokenizer, weights_directory=tmp_path / "other-weights")
     other.sync_weights(other_model)
     assert other.generate(["p0:"], [1]) != [[]]
-    pushes, checked = backend.stats["weight_pushes"], len(probe.to_current)
+    assert (server_logprobs(backend.base_url, ids) - before).abs().max() > 1e-2  # the other weights are served
+    pushes = backend.stats["weight_pushes"]
     groups = backend.generate(["p1:"], [2])
     return (
         len(groups[0]) == 2
         and backend.stats["weight_resyncs"] == 1
         and backend.stats["weight_pushes"] == pushes + 1
-        and len(probe.to_current) == checked + 1
-        and probe.to_current[-1] < 1e-3
+        and (server_logprobs(backend.base_url, ids) - before).abs().max() < 1e-3
     )
 
 
