@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 OBJECTIVES = ("grpo", "listwise")
 MODE_PROBABILITIES = ("count", "policy")
 VLLM_DTYPES = ("training", "auto", "float32", "bfloat16", "float16")
+WEIGHT_TRANSFERS = ("auto", "nccl", "disk")
 
 
 def _fail(name: str, value: Any, allowed: str) -> None:
@@ -76,6 +77,26 @@ class MaxEntGRPOConfig(GRPOConfig):
             "forward computes in (bfloat16 with bf16, float16 with fp16, else the parameters' dtype), so the engine "
             "samples from the policy being trained (vLLM's own choice turns a float32 checkpoint into bfloat16); "
             "'auto': vLLM's choice, as stock TRL leaves it; or 'float32', 'bfloat16', 'float16'."
+        },
+    )
+
+    # vLLM server weight transfer
+    vllm_weight_transfer: Literal["auto", "nccl", "disk"] = field(
+        default="auto",
+        metadata={
+            "help": "How the training weights reach a vLLM server (server mode). 'disk': each version is written as "
+            "safetensors into `vllm_weights_dir` and the server reloads it in place (this package's vLLM worker "
+            "extension, tied weights included, a partial load refused); works on CPU and across machines that share "
+            "a file system; before every generation call the server is checked to serve the trainer's version, and "
+            "a restarted server gets it again. 'nccl': TRL's NCCL push (the trainer needs CUDA; a server that dies "
+            "stops training). 'auto': 'nccl' when the trainer runs on CUDA, else 'disk'."
+        },
+    )
+    vllm_weights_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Directory of the disk weight transfer; the vLLM server must read it under the same path (a "
+            "shared file system across machines). Only the latest version is kept. None: `<output_dir>/vllm-weights`."
         },
     )
 
@@ -220,6 +241,7 @@ class MaxEntGRPOConfig(GRPOConfig):
         if not self.dynamic_sampling_metric:
             _fail("dynamic_sampling_metric", self.dynamic_sampling_metric, "'sum' or a reward function name")
         self._validate_maxent_relations()
+        self._validate_weight_transfer_fields()
 
     def _validate_maxent_relations(self) -> None:
         if self.maxent_objective not in OBJECTIVES:
@@ -257,6 +279,12 @@ class MaxEntGRPOConfig(GRPOConfig):
                 resolve_mode_key(self.maxent_mode_key)
             except ValueError as error:
                 raise ValueError(f"maxent_mode_key={self.maxent_mode_key!r} is invalid: {error}") from error
+
+    def _validate_weight_transfer_fields(self) -> None:
+        if self.vllm_weight_transfer not in WEIGHT_TRANSFERS:
+            _fail("vllm_weight_transfer", self.vllm_weight_transfer, f"one of {WEIGHT_TRANSFERS}")
+        if self.vllm_weights_dir is not None and not str(self.vllm_weights_dir).strip():
+            _fail("vllm_weights_dir", self.vllm_weights_dir, "None or a directory path")
 
 
 def maxent_config_from(args: GRPOConfig | None, model: str | PreTrainedModel) -> MaxEntGRPOConfig:

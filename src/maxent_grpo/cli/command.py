@@ -1,4 +1,4 @@
-"""The `maxent-grpo` command: `demo`, `train`, `bench` and `config-reference`.
+"""The `maxent-grpo` command: `demo`, `train`, `bench`, `config-reference` and `vllm-serve`.
 
 `train` reads a YAML recipe and `--field value` overrides the way TRL's scripts do (see `recipe`). Input that cannot be
 used ends the command with one line on stderr and exit code 2, a run whose every generation batch was dropped with one
@@ -148,12 +148,13 @@ def _run(trainer: MaxEntGRPOTrainer, config: MaxEntGRPOConfig) -> None:
     """Train and save the final model, turning the ways a run can end badly into one-line errors."""
     from maxent_grpo.training.checkpoints.save_errors import WRITE_ERRORS, SaveError, save_error
     from maxent_grpo.training.empty_batches import NoUsableGenerationError
+    from maxent_grpo.training.generation.backends.protocol import GenerationStopped
 
     try:
         trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     except KeyboardInterrupt as error:
         raise Interrupted(interrupted_message(config.output_dir)) from error
-    except NoUsableGenerationError as error:
+    except (NoUsableGenerationError, GenerationStopped) as error:
         raise TrainingFailed(str(error)) from error
     except SaveError as error:
         raise UsageError(str(error)) from error
@@ -268,11 +269,22 @@ def _config_reference(argv: Sequence[str]) -> int:
     return 0
 
 
+def _vllm_serve(argv: Sequence[str]) -> int:
+    from maxent_grpo.cli import vllm_serve
+
+    options, vllm_args = vllm_serve.parser(f"{PROG} vllm-serve", _ArgumentParser).parse_known_args(argv)
+    code, problem = vllm_serve.run(options, vllm_args)
+    if problem is not None:
+        raise TrainingFailed(problem)
+    return code
+
+
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "demo": (_demo, "train on the tiny offline task and show reward and answer coverage before / after"),
     "train": (_train, "train from a YAML recipe and/or --field value arguments (TRL style)"),
     "bench": (_bench, "run the benchmark harness (arguments are passed on to it)"),
     "config-reference": (_config_reference, "print or write the README's configuration reference"),
+    "vllm-serve": (_vllm_serve, "start a vLLM server for server mode, wait until it is ready, print its URL"),
 }
 
 

@@ -139,6 +139,7 @@ class DynamicSampler:
         prompts: list[Any],
         score: Callable[[Sequence[bool]], tuple[torch.Tensor, torch.Tensor]],
         regenerate: Callable[[list[int]], torch.Tensor],
+        out_of_time: Callable[[], bool] | None = None,
     ) -> RefillOutcome:
         """Replace groups without signal until none is left or the cap is hit.
 
@@ -151,6 +152,8 @@ class DynamicSampler:
             score: scores the local rows marked True (others keep their previous rewards) and returns
                 (rewards_per_func [N, F], group_kept [num_groups]) for the whole batch.
             regenerate: re-collects the given local rows (whole runs) and returns the new group_kept.
+            out_of_time: asked before each round (a collective, the same answer on every process): True once the
+                generation step's time budget is spent, and no further round starts. None: no budget.
         """
         batch = self.generation_batches
         self.generation_batches += 1
@@ -159,6 +162,14 @@ class DynamicSampler:
         flat = groups_without_signal(self.metric(rewards).view(-1, group_size), group_kept)
         outcome = RefillOutcome(int(flat.sum()), 0, num_groups, 0)
         while bool(flat.any()) and outcome.rounds < self.max_rounds:
+            if out_of_time is not None and out_of_time():
+                logger.info(
+                    "dynamic sampling: the generation step's time budget is spent after %d extra round(s); %d groups "
+                    "without learning signal are trained on as they are.",
+                    outcome.rounds,
+                    int(flat.sum()),
+                )
+                break
             outcome.rounds += 1
             flat_groups = flat.nonzero().flatten().tolist()
             draws = draw_replacements(

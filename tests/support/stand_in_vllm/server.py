@@ -75,6 +75,7 @@ class Faults:
     nan_logprobs_rate: float = 0.0
     trickle_rate: float = 0.0
     trickle_seconds: float = 0.0
+    trickle_headers: bool = False
     seed: int = 0
 
 
@@ -468,20 +469,32 @@ class Handler(BaseHTTPRequestHandler):
     def _send(
         self, status: HTTPStatus, payload: bytes, content_type: str = "application/json", trickle: bool = False
     ) -> None:
-        """Answer; with ``trickle``, the headers at once and then the body one byte every ``--trickle-seconds``."""
+        """Answer; with ``trickle``, the headers at once (or, with ``--trickle-headers``, one byte every
+        ``--trickle-seconds`` too) and then the body one byte every ``--trickle-seconds``."""
         try:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
+            if trickle and self.server.faults.trickle_headers:
+                head = (
+                    f"{self.protocol_version} {int(status)} {status.phrase}\r\nContent-Type: {content_type}\r\n"
+                    f"Content-Length: {len(payload)}\r\n\r\n"
+                )
+                self._trickle(head.encode())
+            else:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
             if not trickle:
                 self.wfile.write(payload)
                 return
-            for position in range(len(payload)):
-                self.wfile.write(payload[position : position + 1])
-                time.sleep(self.server.faults.trickle_seconds)
+            self._trickle(payload)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (for example after its timeout)
+
+    def _trickle(self, data: bytes) -> None:
+        for position in range(len(data)):
+            self.wfile.write(data[position : position + 1])
+            self.wfile.flush()
+            time.sleep(self.server.faults.trickle_seconds)
 
     def _send_json(self, status: HTTPStatus, payload: dict[str, Any], trickle: bool = False) -> None:
         self._send(status, json.dumps(payload).encode(), trickle=trickle)
@@ -575,6 +588,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="pause between the bytes of a trickled answer (default: 0)",
     )
     parser.add_argument(
+        "--trickle-headers",
+        action="store_true",
+        help="trickled answers send their status line and headers one byte at a time too",
+    )
+    parser.add_argument(
         "--null-logprobs-rate",
         type=_rate,
         default=0.0,
@@ -606,6 +624,7 @@ def main(argv: list[str] | None = None) -> int:
         nan_logprobs_rate=args.nan_logprobs_rate,
         trickle_rate=args.trickle_rate,
         trickle_seconds=args.trickle_seconds,
+        trickle_headers=args.trickle_headers,
         seed=args.seed,
     )
     server = FaultyServer(("127.0.0.1", args.port), engine, faults, args.verbose)

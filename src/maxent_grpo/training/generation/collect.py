@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from maxent_grpo.training.generation.backends.protocol import Completion, GenerationBackend
+from maxent_grpo.training.generation.backends.protocol import Completion, GenerationBackend, GenerationStopped
 from maxent_grpo.training.generation.helpers import (
     AggregatedGenerationState,
     append_completion_group,
@@ -60,6 +60,7 @@ class CollectedGroups:
             completions discarded, backend calls that raised).
         reasons: human-readable causes seen while collecting (backend errors, invalid completions), for logs.
         calls: backend calls made (the same on every process for the same ``retry_limit``).
+        stopped: the message of the `GenerationStopped` a backend call raised (the step stops), or None.
     """
 
     groups: list[list[Completion]]
@@ -67,6 +68,7 @@ class CollectedGroups:
     stats: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAT_KEYS, 0))
     reasons: list[str] = field(default_factory=list)
     calls: int = 0
+    stopped: str | None = None
 
 
 class _BackendCaller:
@@ -81,6 +83,9 @@ class _BackendCaller:
         self.result.calls += 1
         try:
             returned = self.backend.generate(list(prompts), list(counts))
+        except GenerationStopped as error:  # not a missing-slot fault: the step stops once every process knows
+            self.result.stopped = str(error)
+            return [[] for _ in prompts]
         except Exception as error:  # the protocol: any backend failure makes every slot of the call missing
             self.result.stats["backend_errors"] += 1
             self.result.reasons.append(f"backend raised {type(error).__name__}: {error}")

@@ -8,7 +8,8 @@ Symmetry (invariant I7): every process makes the same sequence of backend calls 
 where. The first call and each retry round are one backend call on every process (see `collect`); whether a retry
 round happens is decided collectively, the step's time budget included (no retry round starts once any process has
 spent it); groups are kept or dropped from one gathered table; dynamic-sampling rounds re-collect on every process, a
-process without a replaced group taking part with an empty request.
+process without a replaced group taking part with an empty request; a backend that raised `GenerationStopped` on one
+process stops the step on all of them, after the same rounds.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, RefillOutcome
-from maxent_grpo.training.generation.backends.protocol import GenerationBackend
+from maxent_grpo.training.generation.backends.protocol import GenerationBackend, GenerationStopped
 from maxent_grpo.training.generation.collect import STAT_KEYS, CompletionCheck, collect_completion_groups
 from maxent_grpo.training.generation.helpers import determine_retry_limit
 from maxent_grpo.training.generation.local_batch import LocalBatch
@@ -107,7 +108,8 @@ class GenerationStep:
     def recollect(self, batch: LocalBatch, run_indices: Sequence[int]) -> None:
         """Collect the given runs again (collective: a process with no run to collect still takes part).
 
-        No retry round starts once any process is past the step's deadline."""
+        No retry round starts once any process is past the step's deadline. When a backend call raised
+        `GenerationStopped` on any process, every process raises it, with that message, once the rounds are over."""
         run_indices = list(run_indices)
         with self._backend_deadline():
             collected = collect_completion_groups(
@@ -119,6 +121,9 @@ class GenerationStep:
                 any_process=self.collectives.any,
                 deadline=self.deadline,
             )
+        if self.collectives.any(collected.stopped is not None):
+            stopped = [message for message in self.collectives.gather_object([collected.stopped]) if message]
+            raise GenerationStopped(stopped[0])
         batch.merge(run_indices, collected)
 
     @contextmanager
@@ -164,7 +169,8 @@ class GenerationStep:
     ) -> RefillResult:
         """Dynamic sampling: replace groups without learning signal (prompts and ``inputs`` rows in place).
 
-        Rows scored in an earlier round keep their rewards; rows of dropped groups score NaN.
+        Rows scored in an earlier round keep their rewards; rows of dropped groups score NaN. No refill round starts
+        once any process is past the step's deadline.
         """
         current = agreement
         rewards: torch.Tensor | None = None
@@ -193,9 +199,15 @@ class GenerationStep:
             prompts=batch.prompts,
             score=score_rows,
             regenerate=regenerate,
+            out_of_time=None if self.deadline is None else self._out_of_time,
         )
         assert rewards is not None  # refill scores at least once
         return RefillResult(current, rewards, outcome)
+
+    def _out_of_time(self) -> bool:
+        """Whether any process is past the step's deadline (a collective)."""
+        assert self.deadline is not None
+        return self.collectives.any(time.monotonic() >= self.deadline)
 
     def metrics(self, batch: LocalBatch, agreement: GroupAgreement, stop_ids: Sequence[int]) -> StepMetrics:
         """Robustness counters summed over processes, and completion statistics over kept rows only."""

@@ -8,9 +8,12 @@ from collections.abc import Sequence
 
 import pytest
 import torch
+from datasets import Dataset
 
 from maxent_grpo import Completion
 from maxent_grpo.collectives import Collectives
+from maxent_grpo.training.dynamic_sampling import DynamicSampler
+from maxent_grpo.training.generation.backends.protocol import GenerationStopped
 from maxent_grpo.training.generation.collect import collect_completion_groups
 from maxent_grpo.training.generation.step import GenerationStep
 
@@ -178,3 +181,108 @@ def test_a_step_hands_its_deadline_to_the_backend_only_while_calling_it():
     assert batch.complete == [True]
     assert len(backend.seen) == 1 and before + 60.0 <= backend.seen[0] <= time.monotonic() + 60.0
     assert backend.deadline is None  # cleared after the step's calls
+
+
+def one_process_step(backend, step_timeout: float | None = None) -> GenerationStep:
+    return GenerationStep(
+        backend,
+        check=ok,
+        collectives=Collectives.single(),
+        group_size=2,
+        max_retry_rounds=None,
+        placeholder_prompt_id=0,
+        placeholder_completion_id=1,
+        step_timeout=step_timeout,
+    )
+
+
+def test_refill_rounds_stop_once_the_step_budget_is_spent():
+    class BudgetSpendingBackend(FlakyBackend):
+        """Complete groups; its first call spends the step's whole time budget."""
+
+        step: GenerationStep
+
+        def generate(self, prompts: Sequence[str], counts: Sequence[int]) -> list[list[Completion]]:
+            self.step.deadline = time.monotonic() - 1.0
+            return super().generate(prompts, counts)
+
+    backend = BudgetSpendingBackend([])
+    step = backend.step = one_process_step(backend, step_timeout=3600.0)
+    prompts = ["a", "a", "b", "b"]
+    inputs = [{"prompt": prompt} for prompt in prompts]
+    sampler = DynamicSampler(
+        Dataset.from_dict({"prompt": ["c", "d", "e"]}),
+        torch.ones(1),
+        metric_column=None,
+        max_rounds=3,
+        error_at_cap=False,
+        seed=0,
+    )
+    batch = step.collect(prompts)
+
+    def equal_rewards(prompts, rows, agreement, rows_to_score):  # no group has any learning signal
+        return torch.zeros(len(rows.keep), 1)
+
+    refilled = step.refill(batch, step.agree(batch), sampler, inputs, equal_rewards)
+
+    assert refilled.outcome.rounds == 0 and refilled.outcome.generated_groups == 2  # the first batch only
+    assert backend.calls == [[2, 2]]  # the first call only: no refill round started past the deadline
+
+
+class ThreadCollectives:
+    """`Collectives` of threads standing for processes: each gather is a barrier, then every thread's part in order."""
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties)
+        self.parts: list = [None] * parties
+
+    def _exchange(self, rank: int, part):
+        self.barrier.wait()
+        self.parts[rank] = part
+        self.barrier.wait()
+        gathered = list(self.parts)
+        self.barrier.wait()
+        return gathered
+
+    def of(self, rank: int) -> Collectives:
+        return Collectives(
+            rank,
+            torch.device("cpu"),
+            lambda tensor: torch.cat(self._exchange(rank, tensor)),
+            lambda values: [value for part in self._exchange(rank, values) for value in part],
+        )
+
+
+def test_a_backend_that_stops_generation_on_one_process_stops_the_step_on_every_process():
+    class StoppingBackend(FlakyBackend):
+        def generate(self, prompts: Sequence[str], counts: Sequence[int]) -> list[list[Completion]]:
+            self.calls.append(list(counts))
+            raise GenerationStopped("the server refuses the weights")
+
+    collectives = ThreadCollectives(2)
+    backends = [StoppingBackend([]), FlakyBackend([1] * 10)]  # rank 1's groups always come back one short
+    errors: list = [None, None]
+
+    def run(rank: int) -> None:
+        step = GenerationStep(
+            backends[rank],
+            check=ok,
+            collectives=collectives.of(rank),
+            group_size=2,
+            max_retry_rounds=2,
+            placeholder_prompt_id=0,
+            placeholder_completion_id=1,
+        )
+        try:
+            step.collect(["a", "a"])
+        except GenerationStopped as error:
+            errors[rank] = error
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads), "a process waited in a collective the other skipped"
+    assert [str(error) for error in errors] == ["the server refuses the weights"] * 2
+    assert len(backends[0].calls) == len(backends[1].calls) == 3  # the same rounds on both: first call + 2 retries

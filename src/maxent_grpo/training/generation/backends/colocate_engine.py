@@ -12,10 +12,8 @@ by writing each training tensor through the engine model's ``load_weights``. Thi
 - **Weight sync on CPU.** After loading, vLLM on CPU packs every linear layer's weight into a kernel handle and drops
   the weight (``dispatch_cpu_unquantized_gemm(layer, remove_weight=True)``), so TRL's ``load_weights`` fails
   (``'Parameter' object has no attribute 'weight_loader'``) and nothing written afterwards reaches the kernels.
-  `ReloadWeightSync` uses vLLM's own in-place reload instead (the steps of ``reload_weights``: each layer is
-  restored, loaded and processed again, which packs the new weights), then processes tied layers again, which the
-  reload leaves on their old packed copy (an LM head tied to the embedding), and refuses to go on if any engine
-  parameter received no weights.
+  `ReloadWeightSync` uses vLLM's own in-place reload instead, tied layers processed again and partial updates
+  refused (`in_place_reload`).
 """
 
 from __future__ import annotations
@@ -28,6 +26,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+
+from maxent_grpo.training.generation.backends.in_place_reload import reload_in_place
 
 # Trainers built at once in several threads take turns, so none sees another's wrapper.
 _BUILD_LOCK = threading.Lock()
@@ -97,76 +97,25 @@ def engine_on_cpu() -> bool:
     return True
 
 
-def _tied_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """Layers whose weight is another, earlier layer's weight (an LM head tied to the embedding)."""
-    owners: set[int] = set()
-    tied = []
-    for module in model.modules():
-        weight = getattr(module, "weight", None)
-        if not isinstance(weight, torch.nn.Parameter) or getattr(module, "quant_method", None) is None:
-            continue
-        if id(weight) in owners:
-            tied.append(module)
-        owners.add(id(weight))
-    return tied
-
-
 class ReloadWeightSync:
     """Push the training weights into a colocated vLLM engine through vLLM's in-place reload (see the module doc).
 
     ``generation`` is TRL's `VLLMGeneration`; its parameter walk (which gathers DeepSpeed / FSDP shards and merges
-    PEFT adapters under the names vLLM expects) supplies the tensors. The reload is vLLM's own
-    (``initialize_layerwise_reload``, the model's ``load_weights``, ``finalize_layerwise_reload``: what
-    ``reload_weights`` runs), called here step by step because ``reload_weights`` only logs the engine parameters that
-    received nothing, as a warning that TRL silences (it sets ``VLLM_LOGGING_LEVEL=ERROR``); here they raise
-    RuntimeError, since the engine would keep sampling from their old values.
+    PEFT adapters under the names vLLM expects) supplies the tensors; `reload_in_place` loads them. Engine parameters
+    that received no new values, or only part of them, raise RuntimeError, since the engine would keep sampling from
+    their old values.
     """
 
     def __init__(self, generation: Any) -> None:
         self.generation = generation
 
     def __call__(self) -> None:
-        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
-
         llm = self.generation.llm
         runner = llm.llm_engine.model_executor.driver_worker.model_runner
-        model = runner.get_model()
-        with torch.no_grad():
-            initialize_layerwise_reload(model)
-            loaded = set(model.load_weights(_owned(self.generation._iter_named_params())))
-            partial = _partly_loaded_layers(model)
-            finalize_layerwise_reload(model, runner.model_config)
-            for layer in _tied_layers(model):
-                layer.quant_method.process_weights_after_loading(layer)
-        stale = sorted({name for name, _ in model.named_parameters()} - loaded) + partial
+        stale = reload_in_place(runner.get_model(), runner.model_config, self.generation._iter_named_params())
         if stale:
             raise RuntimeError(
                 f"vLLM's engine received no new weights, or only part of them, for {stale}: it would sample from old "
                 "or uninitialised values. Check that the training model's parameter names match the engine's model."
             )
         llm.reset_prefix_cache()
-
-
-def _owned(named_tensors: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Copies of the tensors: vLLM holds a layer's tensors until all of them have arrived, and a sharded parameter
-    (FSDP, ZeRO-3) frees its gathered storage as soon as the walk moves on."""
-    for name, tensor in named_tensors:
-        yield name, tensor.detach().clone()
-
-
-def _partly_loaded_layers(model: torch.nn.Module) -> list[str]:
-    """Layers that received some but not all of their weights (one of q/k/v into a fused ``qkv_proj``, say): vLLM
-    counts the fused parameter as loaded and would process the layer with the rest uninitialised. Called before
-    ``finalize_layerwise_reload``, while each layer's loading progress is still recorded. Vocabulary embeddings and
-    LM heads are left out: their rows are padded beyond the checkpoint's vocabulary, so they are never loaded whole."""
-    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
-    from vllm.model_executor.model_loader.reload.layerwise import get_layerwise_info
-
-    partial = []
-    for name, layer in model.named_modules():
-        if isinstance(layer, VocabParallelEmbedding):
-            continue
-        info = get_layerwise_info(layer)
-        if info.can_load() and 0 < info.load_numel < (info.load_numel_total or 0):
-            partial.append(f"{name} ({info.load_numel} of {info.load_numel_total} values)")
-    return partial

@@ -1,21 +1,28 @@
 """One HTTP exchange that ends by a deadline, however slowly the server answers.
 
 `requests`' ``timeout`` bounds the connection and each wait for the next bytes, not the exchange: a server that
-trickles its answer a few bytes at a time keeps a request alive indefinitely. In `exchange` connecting and the wait
-for the answer's headers are each bounded by the time left when the request is sent; the body is then read piece by
-piece as it arrives, each read narrowing the socket's timeout to the time left, so a slow answer is cut off at the
+trickles its answer a few bytes at a time, headers or body, keeps a request alive indefinitely. In `exchange`
+connecting is bounded by the time left when the request is sent; the headers are read under a watchdog that shuts the
+connection's socket at the deadline (a session must mount `DeadlineAdapter` for it); the body is then read piece by
+piece as it arrives, each read narrowing the socket's timeout to the time left. A slow answer is so cut off at the
 deadline and its connection closed (not returned to the pool, where a half-read answer would poison the next request).
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 import requests
 import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 # Exceptions raised when the server could not be reached, the exchange broke off or ran out of time: worth retrying.
 TRANSIENT_ERRORS = (
@@ -27,6 +34,57 @@ TRANSIENT_ERRORS = (
 )
 
 _READ_BYTES = 1 << 16
+
+# The deadline of the exchange this thread is in (read by the connection while it waits for the headers).
+_current = threading.local()
+
+
+class _HeadersByDeadline:
+    """Mixed into urllib3's connections: waiting for an answer's headers ends at the exchange's deadline."""
+
+    sock: socket.socket | None
+
+    def getresponse(self) -> Any:
+        deadline = getattr(_current, "deadline", None)
+        if deadline is None:
+            return super().getresponse()  # type: ignore[misc]
+        watchdog = threading.Timer(max(deadline - time.monotonic(), 0.0), self._cut_off)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            return super().getresponse()  # type: ignore[misc]
+        finally:
+            watchdog.cancel()
+
+    def _cut_off(self) -> None:
+        sock = self.sock
+        if sock is not None:
+            with suppress(OSError):  # closed meanwhile
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+class _Connection(_HeadersByDeadline, HTTPConnection):
+    pass
+
+
+class _SecureConnection(_HeadersByDeadline, HTTPSConnection):
+    pass
+
+
+class _Pool(HTTPConnectionPool):
+    ConnectionCls = _Connection
+
+
+class _SecurePool(HTTPSConnectionPool):
+    ConnectionCls = _SecureConnection
+
+
+class DeadlineAdapter(HTTPAdapter):
+    """`requests`' adapter whose connections bound the wait for an answer's headers by `exchange`'s deadline."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _Pool, "https": _SecurePool}
 
 
 @dataclass(frozen=True)
@@ -59,7 +117,15 @@ def exchange(
     complete by the deadline (`requests.Timeout`).
     """
     wait = _time_left(deadline)
-    response = session.request(method, url, json=payload, timeout=(wait, wait), stream=True)
+    _current.deadline = deadline
+    try:
+        response = session.request(method, url, json=payload, timeout=(wait, wait), stream=True)
+    except TRANSIENT_ERRORS as error:
+        if time.monotonic() >= deadline:  # the watchdog cut a trickle of headers off
+            raise requests.Timeout("the answer's headers were not complete by the request's deadline") from error
+        raise
+    finally:
+        _current.deadline = None
     complete = False
     try:
         body = _read_body(response.raw, deadline)

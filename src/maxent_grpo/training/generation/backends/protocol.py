@@ -30,6 +30,12 @@ class Completion:
         return {"prompt_ids": self.prompt_ids, "completion_ids": self.completion_ids, "logprobs": self.logprobs}
 
 
+class GenerationStopped(RuntimeError):
+    """Raised by a backend's ``generate`` when generation must not go on (a vLLM server that keeps refusing the
+    training weights would only generate off-policy): unlike any other exception it is not a missing-slot fault, the
+    generation step stops on every process with its message (one line)."""
+
+
 @runtime_checkable
 class GenerationBackend(Protocol):
     """Anything that turns unique prompts and per-prompt counts into grouped completions.
@@ -37,7 +43,7 @@ class GenerationBackend(Protocol):
     ``generate(prompts, counts)`` receives TRL prompts (text or chat messages), one per unique prompt, and how many
     completions each still needs. It returns one list per prompt, aligned with ``prompts``. A group may be shorter than
     asked (the missing slots are retried), never longer (extra completions are trimmed). Raising makes every slot of
-    the call missing for this round.
+    the call missing for this round, except `GenerationStopped`, which stops training.
 
     ``generate`` may be called with empty lists: every process makes the same sequence of calls in a step (a process
     whose groups are all complete still takes part in a retry round that another process needs), so a backend whose

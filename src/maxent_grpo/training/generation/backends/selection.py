@@ -1,13 +1,17 @@
 """The built-in backend a trainer gets when it is given none: a table from TRL's own fields to a backend.
 
 ``use_vllm=False`` selects `TransformersBackend`; ``use_vllm=True`` selects by ``vllm_mode``. Each builder reads
-what it needs from the `GRPOTrainer` TRL just built (its vLLM machinery, tokenizer and sampling fields).
+what it needs from the `GRPOTrainer` TRL just built (its vLLM machinery, tokenizer and sampling fields). In server
+mode ``vllm_weight_transfer`` picks how the weights reach the server (`weight_transfer_name`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
+
+import torch
 
 from maxent_grpo.training.generation.backends import colocate_engine
 from maxent_grpo.training.generation.backends.protocol import GenerationBackend
@@ -37,8 +41,28 @@ def _vllm_colocate(trainer: Any) -> GenerationBackend:
     )
 
 
+def weight_transfer_name(args: Any) -> str:
+    """``"nccl"`` or ``"disk"``: the ``vllm_weight_transfer`` of ``args`` (a `MaxEntGRPOConfig`), ``"auto"``
+    resolved to NCCL when the trainer runs on CUDA and to disk otherwise."""
+    if args.vllm_weight_transfer != "auto":
+        return args.vllm_weight_transfer
+    return "nccl" if torch.cuda.is_available() and not args.use_cpu else "disk"
+
+
+def weights_directory(args: Any) -> Path:
+    """Where the disk transport writes the weights: ``vllm_weights_dir``, by default ``<output_dir>/vllm-weights``."""
+    return Path(args.vllm_weights_dir or Path(args.output_dir) / "vllm-weights")
+
+
 def _vllm_server(trainer: Any) -> GenerationBackend:
     args = trainer.args
+    generation = trainer.vllm_generation
+    disk = weight_transfer_name(args) == "disk"
+
+    def trl_parameter_walk(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+        # TRL's walk over the model it holds (gathers ZeRO-3 / FSDP shards, merges PEFT adapters, vLLM's names).
+        return generation._iter_named_params()
+
     return VLLMServerBackend(
         args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}",
         tokenizer=trainer._tokenizer,
@@ -46,7 +70,9 @@ def _vllm_server(trainer: Any) -> GenerationBackend:
         request_timeout=args.vllm_request_timeout,
         max_attempts=args.vllm_request_attempts,
         connection_timeout=args.vllm_server_timeout,
-        weight_sync=trainer.vllm_generation.sync_weights,
+        weight_sync=None if disk else generation.sync_weights,
+        weights_directory=weights_directory(args) if disk else None,
+        weight_source=trl_parameter_walk,
     )
 
 

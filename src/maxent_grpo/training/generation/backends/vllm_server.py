@@ -22,8 +22,9 @@ logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
   completions are returned with ``failed=True``. A single token whose logprob is null or NaN is not bad data: it keeps
   NaN, which TRL leaves out of its importance-sampling correction. Any other HTTP 4xx answer to a completion request
   is bad data for that request's prompt (vLLM answers 400 to a prompt longer than its ``--max-model-len``): that
-  prompt's group comes back empty, logged and counted once, and the other prompts' groups are still returned. Bad data
-  is not retried here: the trainer's retry loop asks again for whatever is missing.
+  prompt's group comes back empty, logged and counted once, and the other prompts' groups are still returned; the
+  prompt (its token ids) is never sent again, however often the trainer asks for it. Other bad data is not retried
+  here: the trainer's retry loop asks again for whatever is missing.
 - ``configuration error``: a 4xx that no prompt can cause, so every request would get it: 401, 403 or 404 on
   ``POST /v1/completions`` (credentials, or a model name the server does not serve) and any 4xx on
   ``GET /v1/models`` (asked at start-up). Raised at once as `VLLMServerRequestError`, never retried. A configuration
@@ -43,17 +44,25 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import requests
 import torch
-from requests.adapters import HTTPAdapter
 from transformers import PreTrainedTokenizerBase
 
-from maxent_grpo.training.generation.backends.http_deadline import TRANSIENT_ERRORS, Answer, exchange
+from maxent_grpo.training.generation.backends.http_deadline import (
+    TRANSIENT_ERRORS,
+    Answer,
+    DeadlineAdapter,
+    exchange,
+)
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.backends.sampling import SamplingSettings, check_int, check_number
+from maxent_grpo.training.generation.backends.server_weight_sync import ServerWeightSync, WeightSource, parameters
+from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +76,17 @@ _TRANSIENT_STATUSES = frozenset({408, 429})
 _CONFIGURATION_STATUSES = frozenset({401, 403, 404})
 
 _HEALTH_POLL_SECONDS = 1.0
-_STAT_KEYS = ("requests", "retries", "infrastructure_failures", "bad_data", "out_of_time")
+_STAT_KEYS = (
+    "requests",
+    "retries",
+    "infrastructure_failures",
+    "bad_data",
+    "out_of_time",
+    "weight_pushes",
+    "weight_resyncs",
+    "weight_refusals",
+    "stale_completions",
+)
 
 
 class VLLMServerRequestError(RuntimeError):
@@ -167,9 +186,18 @@ class VLLMServerBackend:
             once, calls wait for it; once this has passed, a call whose quick probe still finds no server raises
             `VLLMServerUnavailableError` (the trainer retries, then stops after
             ``generation_max_consecutive_empty_batches`` batches with that message).
-        weight_sync: called by `sync_weights` to push the training weights into the server (the trainer passes TRL's
-            ``VLLMGeneration.sync_weights`` when vLLM is installed). Without it the server keeps its own weights and
-            generation is off-policy; a warning says so once.
+        weights_directory: the disk transport (`server_weight_sync`): `sync_weights` writes each new version of the
+            training weights here, and before every generation call the server is checked to serve it, and loads it
+            (again, after a restart) when it does not. The server must read this directory under the same path and
+            run with ``VLLM_SERVER_DEV_MODE=1`` and the worker extension (``maxent-grpo vllm-serve`` starts one so).
+            A server that keeps refusing the weights stops training (`WeightsRefused`); completions generated while
+            the server's version changed are marked failed and counted (``stale_completions``).
+        weight_source: with ``weights_directory``, the model's tensors under vLLM's names; default
+            ``model.named_parameters()``. The trainer passes TRL's parameter walk, which gathers DeepSpeed ZeRO-3 and
+            FSDP shards and merges PEFT adapters.
+        weight_sync: a push of your own, called by `sync_weights` (the trainer passes TRL's NCCL push,
+            ``VLLMGeneration.sync_weights``, for ``vllm_weight_transfer="nccl"``). Without it or ``weights_directory``
+            the server keeps its own weights and generation is off-policy; a warning says so once.
 
     With a time budget for the generation step (`set_deadline`, which the trainer calls when
     ``generation_step_timeout`` is set), each try also ends by the step's deadline, backoff never sleeps past it, and
@@ -177,9 +205,13 @@ class VLLMServerBackend:
 
     ``stats`` counts ``requests`` (HTTP completion requests sent, every try included), ``retries`` (tries that failed
     and were tried again), ``infrastructure_failures`` (requests abandoned after ``max_attempts``: their prompts came
-    back empty), ``bad_data`` (answers or completions that were short, out of vocabulary, empty or malformed, and
-    prompts the server rejected) and ``out_of_time`` (requests given up, or not sent, because the step's time budget
-    was spent).
+    back empty; and calls not sent because the server did not serve the trainer's weight version), ``bad_data``
+    (answers or completions that were short, out of vocabulary, empty or malformed, and prompts the server rejected),
+    ``out_of_time`` (requests given up, or not sent, because the step's time budget was spent) and, with
+    ``weights_directory``, ``weight_pushes`` (versions loaded into the server), ``weight_resyncs`` (pushes of a version
+    the server had already been given: it restarted), ``weight_refusals`` (pushes the server answered but did not take)
+    and ``stale_completions`` (completions marked failed because the server's version changed while they were
+    generated).
     """
 
     def __init__(
@@ -194,6 +226,8 @@ class VLLMServerBackend:
         max_concurrency: int = 16,
         connection_timeout: float = 60.0,
         weight_sync: Callable[[], None] | None = None,
+        weights_directory: str | Path | None = None,
+        weight_source: WeightSource = parameters,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
@@ -201,6 +235,10 @@ class VLLMServerBackend:
             raise ValueError("tokenizer must be the training tokenizer, got None")
         if weight_sync is not None and not callable(weight_sync):
             raise ValueError(f"weight_sync must be a callable taking no arguments or None, got {weight_sync!r}")
+        if weight_sync is not None and weights_directory is not None:
+            raise ValueError(
+                "give weight_sync (a push of your own) or weights_directory (the disk transport), not both"
+            )
         self.base_url = base_url.rstrip("/")
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
@@ -230,7 +268,23 @@ class VLLMServerBackend:
         self._jitter = random.Random()
         self._step_deadline: float | None = None
         self._first_contact: float | None = None
+        self._rejected: set[tuple[int, ...]] = set()
         self._session = self._make_session()
+        self._weights = (
+            None
+            if weights_directory is None
+            else ServerWeightSync(
+                self.base_url,
+                self._session,
+                WeightDirectory(weights_directory),
+                source=weight_source,
+                request_timeout=self.request_timeout,
+                max_attempts=self.max_attempts,
+                backoff=self._backoff,
+                time_left=self._time_left,
+                count=self._count,
+            )
+        )
 
     # ----------------------------------------------------------------------------------------------------- public
 
@@ -242,7 +296,10 @@ class VLLMServerBackend:
             check_int(f"counts[{i}]", count, low=0)
         groups: list[list[Completion]] = [[] for _ in prompts]
         asked = [i for i, count in enumerate(counts) if count > 0]
+        weights = self._weights
         if not asked:
+            if weights is not None and weights.pusher and self._time_left() > 0:
+                weights.ensure()  # another process may be waiting for this one to push
             return groups
         if self._time_left() <= 0:
             self._out_of_time(f"{len(asked)} prompt(s) not sent", len(asked))
@@ -251,6 +308,16 @@ class VLLMServerBackend:
         model = self._ensure_model()
         if model is None:
             return groups
+        if weights is not None and not weights.ensure():
+            self._count("infrastructure_failures")
+            logger.warning(
+                "not generating for %d prompt(s): the vLLM server at %s does not serve the training weights (version "
+                "%r); their groups are retried or dropped",
+                len(asked),
+                self.base_url,
+                weights.version,
+            )
+            return groups
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(asked))) as executor:
             futures = [
                 executor.submit(self._generate_group, model, ids, counts[i])
@@ -258,7 +325,28 @@ class VLLMServerBackend:
             ]
             for i, future in zip(asked, futures, strict=True):
                 groups[i] = self._result_or_cancel(future, futures)
+        if weights is not None and not weights.still_serves():
+            return self._stale(groups, weights.version)
         return groups
+
+    def _stale(self, groups: list[list[Completion]], version: str | None) -> list[list[Completion]]:
+        """The completions of a call during which the server stopped serving the trainer's version, marked failed."""
+        stale = sum(len(group) for group in groups)
+        self._count("stale_completions", stale)
+        logger.warning(
+            "%d completion(s) from the vLLM server at %s may come from weights older than the trainer's (version %r "
+            "was replaced while they were generated): marked failed, so they are asked for again",
+            stale,
+            self.base_url,
+            version,
+        )
+        return [[replace(c, failed=True) for c in group] for group in groups]
+
+    @property
+    def weight_version(self) -> str | None:
+        """With ``weights_directory``: the version of the latest training weights `sync_weights` wrote, which the
+        server must serve before it generates (None before the first sync, and without ``weights_directory``)."""
+        return None if self._weights is None else self._weights.version
 
     def set_deadline(self, deadline: float | None) -> None:
         """Bound every request that follows by ``deadline``, a `time.monotonic` instant (None: no bound but
@@ -266,18 +354,23 @@ class VLLMServerBackend:
         self._step_deadline = deadline
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """Push the training weights into the server through ``weight_sync``.
+        """Make the training weights the ones the server must serve: with ``weights_directory``, write them as a new
+        version (loaded into the server before the next generation call); with ``weight_sync``, push them through it.
 
-        Without ``weight_sync`` there is no way to update the server from here: it keeps the weights it was started
+        Without either there is no way to update the server from here: it keeps the weights it was started
         with, every completion comes from that fixed policy (off-policy generation), and a warning says so once.
         """
+        if self._weights is not None:
+            self._weights.write(model)
+            return
         if self.weight_sync is not None:
             self.weight_sync()
             return
         if not self._warned_off_policy:
             self._warned_off_policy = True
             logger.warning(
-                "VLLMServerBackend has no weight_sync: the server keeps its own weights: generation is off-policy "
+                "VLLMServerBackend has no weights_directory or weight_sync: the server keeps its own weights: "
+                "generation is off-policy "
                 "(completions come from the model the server at %s was started with).",
                 self.base_url,
             )
@@ -291,7 +384,7 @@ class VLLMServerBackend:
     def _make_session(self) -> requests.Session:
         # `max_retries=0`: urllib3 must not retry behind our back; `_send` owns the retry policy.
         session = requests.Session()
-        adapter = HTTPAdapter(max_retries=0, pool_maxsize=self.max_concurrency)
+        adapter = DeadlineAdapter(max_retries=0, pool_maxsize=self.max_concurrency)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         return session
@@ -433,14 +526,19 @@ class VLLMServerBackend:
             "return_tokens_as_token_ids": True,
             **self.sampling.generation_kwargs,
         }
+        where = f"POST {self.base_url}{_COMPLETIONS_PATH}"
+        key = tuple(prompt_ids)
+        if key in self._rejected:
+            logger.info("%s: not sent: the server rejected this prompt before (its group is left empty)", where)
+            return []
         answer = self._send("POST", _COMPLETIONS_PATH, payload)
         if answer is None:
             return []
-        where = f"POST {self.base_url}{_COMPLETIONS_PATH}"
         if answer.status >= 400:
+            self._rejected.add(key)
             return self._bad_group(
                 f"{where} rejected the prompt with HTTP {answer.status}: {answer.text(500)}; its group is left empty "
-                "(not retried)"
+                "(the prompt is not sent again)"
             )
         try:
             choices = answer.json()["choices"]

@@ -1,0 +1,322 @@
+"""Versioned weights on a vLLM server through a shared directory (the disk transport), pushed again when it restarts.
+
+`ServerWeightSync.write` saves the training weights as a new version (`WeightDirectory`, written atomically); only
+the pushing process (rank 0) writes, every process walks the parameters (gathering shards is collective under
+DeepSpeed ZeRO-3 and FSDP). The version names the run (a token rank 0 draws and broadcasts) and the sync count, so a
+server shared by mistake with another run, or left over from an earlier one, never passes as holding it.
+
+`ServerWeightSync.ensure`, called before every generation call, asks the server which version it serves
+(``GET /weight_info``, one cheap request). When that is not the trainer's version (after every `write`; after a
+restart, which brings the launch weights back), the pusher loads the version into it:
+``POST /pause?mode=keep``, ``POST /collective_rpc`` running the worker extension's reload (`server_reload_extension`:
+tied layers included, and a report of any engine parameter left stale), ``POST /reset_prefix_cache``,
+``POST /resume``, and last ``POST /update_weight_version``: the server claims the version only once all of it has
+loaded. Any other process waits until the server claims it. Failures are of two kinds:
+
+- the server cannot be reached (refused connection, timeout): an infrastructure fault; the call generates nothing and
+  its groups are retried or dropped like any other missing slots;
+- the server answers but does not take the weights (the reload failed, or loaded only part of them): tried again with
+  backoff within the step's time budget; after ``max_attempts`` refusals in a row `WeightsRefused` stops training.
+  A server started without the development endpoints or without the worker extension is refused at once (a
+  configuration that retrying cannot fix).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from typing import Any, NoReturn
+
+import requests
+import torch
+
+from maxent_grpo.training.generation.backends.http_deadline import TRANSIENT_ERRORS, Answer, exchange
+from maxent_grpo.training.generation.backends.protocol import GenerationStopped
+from maxent_grpo.training.generation.backends.server_reload_extension import EXTENSION_QUALNAME, RELOAD_METHOD
+from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
+
+logger = logging.getLogger(__name__)
+
+#: ``source(model)``: the model's tensors under the names vLLM loads (checkpoint names), each once.
+WeightSource = Callable[[torch.nn.Module], Iterable[tuple[str, torch.Tensor]]]
+
+# A version check is one small answer: it gets at most this long, whatever ``request_timeout`` allows.
+_VERSION_TIMEOUT_SECONDS = 10.0
+_WAIT_POLL_SECONDS = 0.2
+_REFUSED_SUFFIX = ".refused"
+_SERVER_HINT = (
+    "start the server with VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls "
+    f"{EXTENSION_QUALNAME} (`maxent-grpo vllm-serve` does both)"
+)
+
+
+class WeightsRefused(GenerationStopped):
+    """The vLLM server keeps refusing the training weights: generating from it would be off-policy."""
+
+
+def parameters(model: torch.nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
+    """The default `WeightSource`: ``model.named_parameters()`` (tied weights once)."""
+    return model.named_parameters()
+
+
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def _shared_token() -> str:
+    """A token for this run, the same on every process (drawn on rank 0 and broadcast: a collective)."""
+    box = [uuid.uuid4().hex[:12]]
+    if _distributed() and torch.distributed.get_world_size() > 1:
+        torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class ServerWeightSync:
+    """The weight versions of one trainer process on one vLLM server; see the module docstring.
+
+    Args:
+        base_url: the server's root URL.
+        session: the HTTP session to use.
+        directory: where versions are written; the server must read it under the same path.
+        source: the training model's tensors under vLLM's names (`WeightSource`).
+        request_timeout: seconds one request may take (the reload included).
+        max_attempts: pushes tried per call, and refusals in a row that stop training.
+        backoff: ``backoff(k)`` sleeps before the k+1-th try.
+        time_left: seconds left of the generation step's budget (infinite without one).
+        count: ``count(stat)`` adds one to the backend's stat.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        session: requests.Session,
+        directory: WeightDirectory,
+        *,
+        source: WeightSource,
+        request_timeout: float,
+        max_attempts: int,
+        backoff: Callable[[int], None],
+        time_left: Callable[[], float],
+        count: Callable[[str], None],
+    ) -> None:
+        self.base_url = base_url
+        self.session = session
+        self.directory = directory
+        self.source = source
+        self.request_timeout = request_timeout
+        self.max_attempts = max_attempts
+        self._backoff = backoff
+        self._time_left = time_left
+        self._count = count
+        self.pusher = not _distributed() or torch.distributed.get_rank() == 0
+        self.version: str | None = None
+        self._token: str | None = None
+        self._writes = 0
+        self._pushed: set[str] = set()
+        self._refusals = 0
+        self._refused: WeightsRefused | None = None
+
+    def write(self, model: torch.nn.Module) -> None:
+        """Save ``model``'s weights as the next version (call it on every process: the walk may be collective)."""
+        if self._token is None:
+            self._token = _shared_token()
+        self._writes += 1
+        version = f"{self._writes}-{self._token}"
+        tensors = self.source(model)
+        if self.pusher:
+            self.directory.write(version, tensors)
+        else:
+            for _ in tensors:  # take part in the gathers of a sharded model
+                pass
+        self.version = version
+
+    def ensure(self) -> bool:
+        """Whether the server serves the trainer's version, once the pusher has pushed it if needed.
+
+        False when the server cannot be reached or (on another process) has not come to serve it in time: generate
+        nothing then. Raises `WeightsRefused` when the server keeps refusing the weights.
+        """
+        if self.version is None:  # nothing written yet: the server's launch weights are the model's
+            return True
+        served = self.served_version()
+        if served == self.version:
+            return True
+        if served is None:
+            return False
+        if not self.pusher:
+            return self._wait_for_version()
+        return self._push(served)
+
+    def still_serves(self) -> bool:
+        """Whether the server still serves the trainer's version (checked after a generation call)."""
+        return self.version is None or self.served_version() == self.version
+
+    def served_version(self) -> str | None:
+        """The version the server claims (``"default"`` for its launch weights); None when it cannot be reached."""
+        try:
+            answer = self._exchange("GET", "/weight_info", None, _VERSION_TIMEOUT_SECONDS)
+        except TRANSIENT_ERRORS:
+            return None
+        if answer.status == 404:
+            raise WeightsRefused(
+                f"the vLLM server at {self.base_url} has no GET /weight_info, so it cannot be given the training "
+                f"weights: {_SERVER_HINT}"
+            )
+        if answer.status != 200:
+            logger.info("GET %s/weight_info answered HTTP %d: %s", self.base_url, answer.status, answer.text(200))
+            return None
+        try:
+            return str(answer.json()["weight_version"])
+        except (ValueError, KeyError, TypeError):
+            logger.info("GET %s/weight_info answered without a weight_version: %s", self.base_url, answer.text(200))
+            return None
+
+    # ------------------------------------------------------------------------------------------------ internals
+
+    def _exchange(self, method: str, path: str, payload: dict[str, Any] | None, timeout: float) -> Answer:
+        """One request, ended by ``timeout`` seconds or the step's deadline; raises `TRANSIENT_ERRORS` (also when
+        the step's time budget is already spent)."""
+        left = min(timeout, self._time_left())
+        if left <= 0:
+            raise requests.Timeout("the generation step's time budget is spent")
+        try:
+            return exchange(self.session, method, f"{self.base_url}{path}", payload, time.monotonic() + left)
+        except TRANSIENT_ERRORS as exc:
+            logger.info("%s %s%s failed: %s: %s", method, self.base_url, path, type(exc).__name__, exc)
+            raise
+
+    def _wait_for_version(self) -> bool:
+        """Poll until the server claims the trainer's version (pushed by another process); False when it cannot be
+        reached, the pusher gave up on it, or the pusher's tries could have ended."""
+        deadline = time.monotonic() + min(self._time_left(), self.max_attempts * self.request_timeout)
+        while True:
+            served = self.served_version()
+            if served == self.version:
+                return True
+            if served is None or served == f"{self.version}{_REFUSED_SUFFIX}":
+                return False
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                logger.warning(
+                    "the vLLM server at %s serves weight version %r, not %r: not generating from it",
+                    self.base_url,
+                    served,
+                    self.version,
+                )
+                return False
+            time.sleep(min(_WAIT_POLL_SECONDS, remaining))
+
+    def _push(self, served: str) -> bool:
+        if self._refused is not None:
+            raise self._refused
+        version = self.version
+        assert version is not None
+        if version in self._pushed:
+            self._count("weight_resyncs")
+            logger.warning(
+                "the vLLM server at %s serves weight version %r, not %r (restarted?): pushing %r again",
+                self.base_url,
+                served,
+                version,
+                version,
+            )
+        cause = "not tried: the generation step's time budget is spent"
+        for attempt in range(1, self.max_attempts + 1):
+            if attempt > 1:
+                self._backoff(attempt - 1)
+            if self._time_left() <= 0:
+                break
+            try:
+                refusal = self._push_once(version)
+            except TRANSIENT_ERRORS as exc:
+                cause = f"{type(exc).__name__}: {exc}"
+                logger.warning("weight push to %s failed (attempt %d): %s", self.base_url, attempt, cause)
+                continue
+            if refusal is None:
+                self._count("weight_pushes")
+                self._pushed.add(version)
+                self._refusals = 0
+                return True
+            self._count("weight_refusals")
+            self._refusals += 1
+            cause = refusal
+            logger.warning("the vLLM server at %s refused weight version %r: %s", self.base_url, version, refusal)
+            if self._refusals >= self.max_attempts:
+                self._stop(
+                    f"the vLLM server at {self.base_url} refused the training weights {self._refusals} times in a "
+                    f"row, last: {refusal}"
+                )
+        logger.warning(
+            "infrastructure failure: weight version %r not pushed to %s: %s; not generating from it",
+            version,
+            self.base_url,
+            cause,
+        )
+        return False
+
+    def _push_once(self, version: str) -> str | None:
+        """One push of ``version``; returns why the server refused it, or None. Raises `TRANSIENT_ERRORS`."""
+        path = str(self.directory.path(version))
+        pause = self._exchange("POST", "/pause?mode=keep", None, self.request_timeout)
+        if pause.status == 404:
+            self._stop(f"the vLLM server at {self.base_url} has no POST /pause: {_SERVER_HINT}")
+        if pause.status != 200:
+            return f"POST /pause answered HTTP {pause.status}: {pause.text(300)}"
+        payload = {"method": RELOAD_METHOD, "kwargs": {"weights_path": path}}
+        try:
+            refusal = self._reload_problem(self._exchange("POST", "/collective_rpc", payload, self.request_timeout))
+            if refusal is None:
+                reset = self._exchange("POST", "/reset_prefix_cache", None, self.request_timeout)
+                if reset.status != 200:
+                    refusal = f"POST /reset_prefix_cache answered HTTP {reset.status}: {reset.text(300)}"
+        except (*TRANSIENT_ERRORS, WeightsRefused):
+            with suppress(*TRANSIENT_ERRORS):  # leave the server generating if it still answers
+                self._resume()
+            raise
+        resume = self._resume()
+        if refusal is not None:
+            return refusal
+        if resume.status != 200:
+            return f"POST /resume answered HTTP {resume.status}: {resume.text(300)}"
+        claimed = self._exchange("POST", "/update_weight_version", {"new_version": version}, self.request_timeout)
+        if claimed.status != 200:
+            return f"POST /update_weight_version answered HTTP {claimed.status}: {claimed.text(300)}"
+        return None
+
+    def _resume(self) -> Answer:
+        """``POST /resume``, tried twice: vLLM closes the connection after an error answer (a failed reload), and a
+        request sent on it meanwhile is reset."""
+        try:
+            return self._exchange("POST", "/resume", None, self.request_timeout)
+        except TRANSIENT_ERRORS:
+            return self._exchange("POST", "/resume", None, self.request_timeout)
+
+    def _reload_problem(self, answer: Answer) -> str | None:
+        text = answer.text(600)
+        if answer.status == 404 or (RELOAD_METHOD in text and "has no attribute" in text):
+            self._stop(f"the vLLM server at {self.base_url} cannot reload weights from a directory: {_SERVER_HINT}")
+        if answer.status != 200:
+            return f"the reload answered HTTP {answer.status}: {text}"
+        try:
+            reports = answer.json()["results"]
+            stale = [name for report in reports for name in report["stale"]]
+        except (ValueError, KeyError, TypeError):
+            return f"the reload answered without a report: {text}"
+        if not reports:
+            return "the reload answered with no worker's report"
+        if stale:
+            return f"the server's engine received no new weights, or only part of them, for {stale[:8]}"
+        return None
+
+    def _stop(self, message: str) -> NoReturn:
+        """Refuse this run's weights for good: mark the server (so other processes stop waiting) and raise."""
+        self._refused = WeightsRefused(message)
+        try:
+            marker = {"new_version": f"{self.version}{_REFUSED_SUFFIX}"}
+            self._exchange("POST", "/update_weight_version", marker, _VERSION_TIMEOUT_SECONDS)
+        except TRANSIENT_ERRORS as exc:
+            logger.info("could not mark the refused version on %s: %s", self.base_url, exc)
+        raise self._refused

@@ -1,0 +1,73 @@
+"""Versions of the training weights as safetensors directories that a vLLM server reloads from (the disk transport).
+
+`WeightDirectory.write` streams named tensors into ``<root>/weights-<version>/model-<k>.safetensors`` shards of at
+most `SHARD_BYTES` each, inside a hidden ``.incomplete-weights-<version>`` directory that is renamed into place once
+every shard is on disk, so a server never sees a half-written version (a rename is atomic on one file system, local or
+shared).
+Older versions are removed afterwards (only entries named like versions: the directory may hold other files): the
+latest complete one is all a restarted server needs.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+#: Most bytes per safetensors shard (a shard is held in memory while it is written).
+SHARD_BYTES = 1 << 30
+_VERSION_PREFIX = "weights-"
+_INCOMPLETE_PREFIX = f".incomplete-{_VERSION_PREFIX}"
+
+
+class WeightDirectory:
+    """The versions under ``root`` (created when missing). Version names must be valid directory names."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).absolute()
+
+    def path(self, version: str) -> Path:
+        """Where ``version`` lives once written."""
+        return self.root / f"{_VERSION_PREFIX}{version}"
+
+    def write(self, version: str, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Path:
+        """Write ``named_tensors`` (checkpoint names, each once) as ``version``; remove every other version.
+
+        Tensors are copied to the CPU one at a time (a ZeRO-3 or FSDP walk frees each gathered tensor as it moves on).
+        Returns the version's directory. Raises ValueError when no tensor was given.
+        """
+        from safetensors.torch import save_file
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = self.root / f"{_INCOMPLETE_PREFIX}{version}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        shard: dict[str, torch.Tensor] = {}
+        shard_bytes = 0
+        shards = 0
+        for name, tensor in named_tensors:
+            copy = tensor.detach().to("cpu", copy=True).contiguous()
+            if shard and shard_bytes + copy.nbytes > SHARD_BYTES:
+                shards += 1
+                save_file(shard, str(staging / f"model-{shards:05d}.safetensors"))
+                shard, shard_bytes = {}, 0
+            shard[name] = copy
+            shard_bytes += copy.nbytes
+        if not shard and not shards:
+            shutil.rmtree(staging)
+            raise ValueError(f"no tensors to write as weight version {version!r}")
+        if shard:
+            shards += 1
+            save_file(shard, str(staging / f"model-{shards:05d}.safetensors"))
+        target = self.path(version)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        self._remove_all_but(target)
+        return target
+
+    def _remove_all_but(self, current: Path) -> None:
+        for entry in self.root.iterdir():
+            if entry != current and entry.name.startswith((_VERSION_PREFIX, _INCOMPLETE_PREFIX)):
+                shutil.rmtree(entry, ignore_errors=True)

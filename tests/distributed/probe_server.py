@@ -1,0 +1,64 @@
+"""Run under `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo) with vLLM installed: one shared server.
+
+Both processes train 3 steps in float32 against the vLLM server at BASE_URL (disk weight transfer). Usage:
+probe_server.py OUTPUT_DIR MODEL_DIR BASE_URL. Each process writes rank<r>.json: its backend's weight version at
+each generation call, its weight pushes, and the largest difference between the server's log-probs of a fixed text
+and its own model's after each call that brought completions back.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from maxent_grpo import MaxEntGRPOTrainer
+from maxent_grpo.cli.command import _end_training
+from tests.support.server_logprobs import ProbeAfterEachCall
+from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
+
+
+def train(output_dir: Path, model_dir: str, base_url: str):
+    reward = AlignedTextReward()
+    config = tiny_config(
+        output_dir,
+        max_steps=3,
+        per_device_train_batch_size=6,  # groups of 4 straddle the two processes
+        learning_rate=5e-2,
+        bf16=False,
+        use_vllm=True,
+        vllm_mode="server",
+        vllm_server_base_url=base_url,
+        vllm_weight_transfer="disk",
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    trainer = MaxEntGRPOTrainer(
+        model=model, reward_funcs=reward, args=config, train_dataset=letter_dataset(24), processing_class=tokenizer
+    )
+    backend = trainer.generation_backend
+    probe = ProbeAfterEachCall(backend, trainer.model, tokenizer, base_url)
+    versions: list[str | None] = []
+    probed = backend.generate
+
+    def recording(prompts, counts):
+        versions.append(backend.weight_version)
+        return probed(prompts, counts)
+
+    backend.generate = recording
+    trainer.train()
+    record = {
+        "versions": versions,
+        "weight_pushes": backend.stats["weight_pushes"],
+        "to_current": probe.to_current,
+        "rows_seen": reward.rows_seen,
+    }
+    (output_dir / f"rank{trainer.accelerator.process_index}.json").write_text(json.dumps(record))
+    return trainer.accelerator
+
+
+if __name__ == "__main__":
+    _end_training(train(Path(sys.argv[1]), sys.argv[2], sys.argv[3]))  # the trainer is gone by now

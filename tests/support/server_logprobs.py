@@ -1,0 +1,51 @@
+"""A vLLM server's log-probabilities of a fixed text, against a model's: how a test sees which weights it serves."""
+
+from __future__ import annotations
+
+import copy
+
+import requests
+import torch
+
+# The fixed text: a prompt and a continuation of the tiny tokenizer's characters.
+PROBE_TEXT = "p3:abcab"
+
+
+def server_logprobs(base_url: str, ids: list[int]) -> torch.Tensor:
+    """The server's log-probability of each of ``ids[1:]`` given the ones before it (its prompt log-probs)."""
+    model = requests.get(f"{base_url}/v1/models", timeout=30).json()["data"][0]["id"]
+    payload = {"model": model, "prompt": ids, "max_tokens": 1, "echo": True, "logprobs": 0, "temperature": 0.0}
+    answer = requests.post(f"{base_url}/v1/completions", json=payload, timeout=60)
+    answer.raise_for_status()
+    values = answer.json()["choices"][0]["logprobs"]["token_logprobs"]
+    return torch.tensor(values[1 : len(ids)], dtype=torch.float64)
+
+
+def model_logprobs(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
+    """``model``'s log-probability of each of ``ids[1:]`` given the ones before it."""
+    with torch.no_grad():
+        logits = model(torch.tensor([ids], device=model.device)).logits[0, :-1].double().log_softmax(-1)
+    return logits.gather(1, torch.tensor(ids[1:], device=logits.device)[:, None])[:, 0].cpu()
+
+
+class ProbeAfterEachCall:
+    """Wraps ``backend.generate``: after every call that brought completions back, the server's log-probs of
+    `PROBE_TEXT` against ``model`` (being trained: the server must serve its weights) and against a copy of ``model``
+    as it is now (the initial weights), as max absolute differences."""
+
+    def __init__(self, backend, model: torch.nn.Module, tokenizer, base_url: str) -> None:
+        self.ids = tokenizer(PROBE_TEXT)["input_ids"]
+        initial = model_logprobs(copy.deepcopy(model), self.ids)
+        self.to_current: list[float] = []
+        self.to_initial: list[float] = []
+        generate = backend.generate
+
+        def probed(prompts, counts):
+            groups = generate(prompts, counts)
+            if any(groups):
+                served = server_logprobs(base_url, self.ids)
+                self.to_current.append((served - model_logprobs(model, self.ids)).abs().max().item())
+                self.to_initial.append((served - initial).abs().max().item())
+            return groups
+
+        backend.generate = probed

@@ -1,0 +1,150 @@
+"""Server mode on a CPU trainer with the disk weight transfer, against a real `vllm` server on 127.0.0.1.
+
+One server for the module, started as `maxent-grpo vllm-serve` starts one, with the package's reload extension
+wrapped so that a test can inject reload faults (`tests.support.failing_reload`; none unless a test asks).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+import requests
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from maxent_grpo import MaxEntGRPOTrainer
+from maxent_grpo.training.generation.backends.protocol import GenerationStopped
+from tests.distributed.test_two_processes import _launch
+from tests.support import failing_reload
+from tests.support.real_vllm_server import running_vllm_server
+from tests.support.server_logprobs import ProbeAfterEachCall
+from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory) -> Path:
+    """The file the server's reload extension reads before each reload (`failing_reload`); empty: no fault."""
+    path = tmp_path_factory.mktemp("reload-faults") / "faults"
+    path.write_text("")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server_url(vllm_model_dir, faults):
+    python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    with running_vllm_server(
+        vllm_model_dir,
+        weight_transfer="disk",
+        extra_args=("--worker-extension-cls", failing_reload.QUALNAME),
+        extra_env={failing_reload.FAULTS_VARIABLE: str(faults), "PYTHONPATH": python_path},
+    ) as url:
+        yield url
+
+
+@pytest.fixture(autouse=True)
+def no_faults_after(faults):
+    yield
+    faults.write_text("")
+
+
+def server_mode_trainer(model_dir, url, output_dir, **overrides):
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    config = tiny_config(
+        output_dir,
+        use_vllm=True,
+        vllm_mode="server",
+        vllm_server_base_url=url,
+        vllm_weights_dir=str(Path(output_dir) / "weights"),
+        per_device_train_batch_size=8,
+        bf16=False,  # training computes in float32, as the server does
+        **overrides,
+    )
+    return MaxEntGRPOTrainer(
+        model=model,
+        reward_funcs=AlignedTextReward(),
+        args=config,
+        train_dataset=letter_dataset(16),
+        processing_class=tokenizer,
+    )
+
+
+def test_server_mode_on_a_cpu_trainer_samples_from_the_current_weights_at_every_step(
+    server_url, vllm_model_dir, tmp_path
+):
+    trainer = server_mode_trainer(vllm_model_dir, server_url, tmp_path, max_steps=4)
+    probe = ProbeAfterEachCall(trainer.generation_backend, trainer.model, trainer.processing_class, server_url)
+    trainer.train()
+
+    backend = trainer.generation_backend
+    print(f"max |server - trained| per call {probe.to_current}; |server - initial| {probe.to_initial}")
+    assert trainer.state.global_step == 4
+    assert backend.stats["weight_pushes"] == 4  # one version per step, each loaded before the step generated
+    assert len(probe.to_current) >= 4 and max(probe.to_current) < 1e-3
+    assert min(probe.to_initial[1:]) > 1e-2  # the model moved from step 2 on, and the server with it
+    weights = sorted(p.name for p in (tmp_path / "weights").iterdir())
+    assert weights == [f"weights-{backend.weight_version}"]  # older versions removed
+    assert requests.get(f"{server_url}/weight_info", timeout=10).json()["weight_version"] == backend.weight_version
+
+
+def test_a_reload_that_fails_once_is_retried_and_training_stays_on_policy(
+    server_url, vllm_model_dir, tmp_path, faults
+):
+    trainer = server_mode_trainer(vllm_model_dir, server_url, tmp_path, max_steps=2)
+    probe = ProbeAfterEachCall(trainer.generation_backend, trainer.model, trainer.processing_class, server_url)
+    faults.write_text("fail 1")
+    trainer.train()
+
+    stats = trainer.generation_backend.stats
+    assert trainer.state.global_step == 2
+    assert stats["weight_refusals"] == 1 and stats["weight_pushes"] == 2
+    assert max(probe.to_current) < 1e-3
+
+
+@pytest.mark.parametrize("fault", ["fail always", "partial always"])
+def test_a_server_that_keeps_refusing_the_weights_stops_training_with_one_line(
+    fault, server_url, vllm_model_dir, tmp_path, faults
+):
+    trainer = server_mode_trainer(vllm_model_dir, server_url, tmp_path, max_steps=3, vllm_request_attempts=2)
+    faults.write_text(fault)
+    errors: list[BaseException] = []
+
+    def train() -> None:
+        try:
+            trainer.train()
+        except BaseException as error:  # checked below
+            errors.append(error)
+
+    worker = threading.Thread(target=train, daemon=True)
+    worker.start()
+    worker.join(timeout=300)
+
+    assert not worker.is_alive(), "training hung on a server that refuses the weights"
+    assert len(errors) == 1 and isinstance(errors[0], GenerationStopped), errors
+    message = str(errors[0])
+    print(message)
+    assert "\n" not in message
+    assert f"the vLLM server at {server_url} refused the training weights 2 times in a row" in message
+    assert ("injected reload failure" if fault == "fail always" else "injected.partial.weight") in message
+    assert trainer.state.global_step == 0
+    served = requests.get(f"{server_url}/weight_info", timeout=10).json()["weight_version"]
+    assert served.endswith(".refused")  # never claimed as the trainer's version
+
+
+@pytest.mark.distributed
+def test_two_processes_share_one_server_only_process_0_pushes_and_both_agree_on_the_version(
+    server_url, vllm_model_dir, tmp_path
+):
+    rank0, rank1 = _launch(tmp_path, str(vllm_model_dir), server_url, probe="probe_server.py")
+
+    print(f"two processes, one server: versions {rank0['versions']}, |server - trained| {rank0['to_current']}")
+    assert rank0["versions"] == rank1["versions"] and len(set(rank0["versions"])) == 3  # one version per step
+    assert rank0["weight_pushes"] == 3 and rank1["weight_pushes"] == 0
+    assert len(rank0["to_current"]) >= 3 and len(rank1["to_current"]) >= 3
+    assert max(rank0["to_current"] + rank1["to_current"]) < 1e-3
+    assert rank0["rows_seen"] == rank1["rows_seen"] == 3 * 6
