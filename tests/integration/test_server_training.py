@@ -154,7 +154,11 @@ def test_vllm_structured_outputs_regex_constrains_what_the_server_backend_genera
             model=model,
             reward_funcs=reward,
             args=tiny_config(
-                tmp_path, max_steps=1, vllm_structured_outputs_regex="[ab]*", vllm_server_base_url=base_url
+                tmp_path,
+                max_steps=1,
+                vllm_structured_outputs_regex="[ab]*",
+                vllm_server_base_url=base_url,
+                vllm_weight_transfer="nccl",  # TRL's own push, stubbed below: the stand-in server takes no weights
             ),
             train_dataset=letter_dataset(4),
             processing_class=tokenizer,
