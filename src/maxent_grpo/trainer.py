@@ -156,16 +156,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         )
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
-        """`Trainer.train`, with two differences.
-
-        ``resume_from_checkpoint=True`` skips checkpoints whose save did not finish: Transformers resumes from the
-        highest `checkpoint-<step>` of `output_dir` even without its `trainer_state.json` (a save cut short by a full
-        disk or a killed job) and then fails after loading the weights; here such a checkpoint is skipped with a
-        warning and the latest complete one is used.
-
-        A run in which every generation batch was dropped, or that ended before reaching `max_steps` without
-        generating at all, raises `NoUsableGenerationError` (see `training.empty_batches`).
-        """
+        """`Trainer.train`, except that ``resume_from_checkpoint=True`` skips checkpoints whose save did not finish
+        (see `training.checkpoints.resume`) and that a run that never trained on anything raises
+        `NoUsableGenerationError` (see `training.empty_batches`)."""
         if resume_from_checkpoint is True:
             checkpoint = latest_complete_checkpoint(Path(self.args.output_dir))
             if checkpoint is None:
