@@ -148,6 +148,7 @@ def _run(trainer: MaxEntGRPOTrainer, config: MaxEntGRPOConfig) -> None:
     """Train and save the final model, turning the ways a run can end badly into one-line errors."""
     from maxent_grpo.training.checkpoints.save_errors import WRITE_ERRORS, SaveError, save_error
     from maxent_grpo.training.empty_batches import NoUsableGenerationError
+    from maxent_grpo.training.reward_contract import RewardContractError
 
     try:
         trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
@@ -155,6 +156,8 @@ def _run(trainer: MaxEntGRPOTrainer, config: MaxEntGRPOConfig) -> None:
         raise Interrupted(interrupted_message(config.output_dir)) from error
     except NoUsableGenerationError as error:
         raise TrainingFailed(str(error)) from error
+    except RewardContractError as error:  # the user's reward function is input the run cannot use
+        raise UsageError(str(error)) from error
     except SaveError as error:
         raise UsageError(str(error)) from error
     try:
