@@ -228,6 +228,9 @@ def _demo(argv: Sequence[str]) -> int:
         f"maxent_mode_key='first_token') train the same tiny offline model from seed {options.seed}, "
         f"{options.steps} steps of {demo.TASK.num_generations} completions each."
     )
+    import torch
+
+    torch.set_num_threads(1)  # the model is tiny: more threads only contend (several times slower on 2 cores)
     result = demo.run_demo(options.steps, options.seed, trackio=not options.no_trackio, save_to=options.output_dir)
     print()
     print(demo.format_report(result))
