@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
-from maxent_grpo.demo import sample_answers, vowel_dataset
+from maxent_grpo.demo import TASK, vowel_dataset
 from maxent_grpo.rewards import VOWELS, completion_text
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 
@@ -60,7 +60,7 @@ def main() -> None:
 
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=0)
-    print(f"before: {describe(sample_answers(model, tokenizer, 256, seed=0))}")
+    print(f"before: {describe(TASK.sample_answers(model, tokenizer, 256, seed=0))}")
     with tempfile.TemporaryDirectory() as output_dir:
         args = MaxEntGRPOConfig(
             output_dir=output_dir,
@@ -85,7 +85,7 @@ def main() -> None:
             processing_class=tokenizer,
         )
         trainer.train()
-    print(f"after:  {describe(sample_answers(trainer.model, tokenizer, 256, seed=0))}")
+    print(f"after:  {describe(TASK.sample_answers(trainer.model, tokenizer, 256, seed=0))}")
 
 
 if __name__ == "__main__":

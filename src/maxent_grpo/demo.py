@@ -1,10 +1,13 @@
-"""The embedded default (`maxent-grpo demo`): MaxEnt-GRPO on a tiny model, tokenizer and data set built in-process.
+"""The embedded default (`maxent-grpo demo`): stock GRPO against MaxEnt listwise on a tiny model built in-process.
 
 The mode-coverage task: every prompt is "pick a vowel:" and a completion earns 1.0 when its first non-whitespace
 character is a lower-case vowel. Five answers are equally right, so a good policy answers with a vowel *and* keeps all
-five in use. The listwise objective with the ``first_token`` mode key spreads each group's target weight over its
-distinct answers (a vowel sampled once weighs as much as one sampled ten times), which keeps the five vowels alive
-while the reward rises. Everything runs offline on CPU; the run is logged locally with trackio.
+five in use. Both methods train from the same seeded initialisation with the same budget, the settings of
+`benchmarks/mode_coverage.py` (`maxent_grpo.bench.single_prompt`). GRPO gives every correct sample of a group the
+same advantage, so the vowel it happens to sample most gains most; the listwise objective with the ``first_token``
+mode key spreads each group's target weight over its distinct answers (a vowel sampled once weighs as much as one
+sampled ten times), which keeps the five vowels alive while the reward rises. Everything runs offline on CPU; both
+runs are logged locally with trackio.
 """
 
 from __future__ import annotations
@@ -20,34 +23,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from datasets import Dataset
 from tqdm.auto import tqdm
-from transformers import (
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    TrainerCallback,
-    TrainerControl,
-    TrainerState,
-    TrainingArguments,
-)
-from transformers.trainer_callback import ProgressCallback
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from maxent_grpo.config import MaxEntGRPOConfig
+from maxent_grpo.bench.single_prompt import MAXENT_SCHEDULE, METHODS, SinglePromptTask, StepRecorder
 from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
-from maxent_grpo.trainer import MaxEntGRPOTrainer
 
 VOWEL_PROMPT = "pick a vowel:"
 TRACKIO_PROJECT = "maxent-grpo-demo"
-DEFAULT_STEPS = 80
-EVAL_SAMPLES = 256
+DEFAULT_STEPS = 300
+EVAL_SAMPLES = 512
+OTHER = "other"
+LABELS = {"grpo": "GRPO (stock TRL)", "maxent": "MaxEnt listwise"}
+NEXT_COMMAND = "maxent-grpo train --config configs/recipes/demo.yaml"
 
-# The task's training settings; configs/recipes/demo.yaml repeats them (tests/unit/test_recipes.py keeps them equal).
-GROUP_SIZE = 16
-COMPLETION_LENGTH = 4
-LEARNING_RATE = 1e-2
-TAU = 0.3
+#: The mode-coverage benchmark's task: one group of 16 two-token completions per step, MaxEnt with tau annealed from
+#: 0.25 to 0.003 over the run and the entropy over first characters.
+TASK = SinglePromptTask(prompt=VOWEL_PROMPT, mode_key="first_token", maxent_settings=MAXENT_SCHEDULE)
 
 
 def vowel_dataset(num_prompts: int) -> Dataset:
@@ -61,60 +55,26 @@ class AnswerStats:
 
     mean_reward: float  # fraction of completions that start with a lower-case vowel
     coverage: float  # entropy of the first-character distribution over the 5 vowels / log 5, in [0, 1]
-    distinct_vowels: int  # vowels that start at least one completion
+    counts: dict[str, int]  # completions per first vowel, in the order of VOWELS, then OTHER for the rest
+
+    @property
+    def distinct_vowels(self) -> int:
+        """Vowels that start at least one completion."""
+        return sum(self.counts[vowel] > 0 for vowel in VOWELS)
 
 
 def answer_stats(completions: Sequence[str]) -> AnswerStats:
-    """Mean reward, normalized vowel entropy and number of distinct vowels of ``completions``."""
-    answers = [first_character(text) for text in completions]
-    counts = Counter(answer for answer in answers if answer in set(VOWELS))
+    """Mean reward, normalized vowel entropy and first-vowel counts of ``completions``."""
+    answers = Counter(first_character(text) for text in completions)
+    counts = {vowel: answers[vowel] for vowel in VOWELS}
     total = sum(counts.values())
-    entropy = -sum(n / total * math.log(n / total) for n in counts.values()) if total else 0.0
+    entropy = -sum(n / total * math.log(n / total) for n in counts.values() if n)
+    counts[OTHER] = len(completions) - total
     rewards = vowel_start_reward(list(completions))
     return AnswerStats(
         mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
         coverage=entropy / math.log(len(VOWELS)),
-        distinct_vowels=len(counts),
-    )
-
-
-@torch.no_grad()
-def sample_answers(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, num_samples: int, seed: int
-) -> list[str]:
-    """``num_samples`` completions of the vowel prompt, sampled as in training; the global RNG is left untouched."""
-    inputs = tokenizer([VOWEL_PROMPT] * num_samples, return_tensors="pt").to(model.device)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        output = model.generate(
-            **inputs,
-            do_sample=True,
-            max_new_tokens=COMPLETION_LENGTH,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-    return tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-
-
-def demo_config(output_dir: str | Path, steps: int, seed: int, report_to: str) -> MaxEntGRPOConfig:
-    """The demo's training configuration: groups of 16, 4-token completions, listwise over first characters."""
-    return MaxEntGRPOConfig(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=GROUP_SIZE,
-        num_generations=GROUP_SIZE,
-        max_completion_length=COMPLETION_LENGTH,
-        max_steps=steps,
-        learning_rate=LEARNING_RATE,
-        maxent_objective="listwise",
-        maxent_mode_key="first_token",
-        maxent_tau=TAU,
-        logging_steps=1,
-        save_strategy="no",
-        use_cpu=True,
-        seed=seed,
-        report_to=report_to,
-        project=TRACKIO_PROJECT,
-        trackio_static_space_id=False,  # never sync to the Hub: the run stays in trackio's local directory
+        counts=counts,
     )
 
 
@@ -125,7 +85,8 @@ class RewardProgressBar(TrainerCallback):
     carriage returns, which a log file keeps as one ever-growing line.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, label: str) -> None:
+        self.label = label
         self.bar: tqdm | None = None
         self.lines = not sys.stderr.isatty()
 
@@ -133,7 +94,7 @@ class RewardProgressBar(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         if state.is_world_process_zero and not self.lines:
-            self.bar = tqdm(total=state.max_steps, desc="training", unit="step", dynamic_ncols=True)
+            self.bar = tqdm(total=state.max_steps, desc=self.label, unit="step", dynamic_ncols=True)
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -156,7 +117,8 @@ class RewardProgressBar(TrainerCallback):
             if state.is_world_process_zero and (step % tenth == 0 or step >= state.max_steps):
                 share = 100 * state.global_step // state.max_steps
                 print(
-                    f"training: {share}% ({state.global_step}/{state.max_steps} steps), reward={logs['reward']:.2f}",
+                    f"{self.label}: {share}% ({state.global_step}/{state.max_steps} steps), "
+                    f"reward={logs['reward']:.2f}",
                     file=sys.stderr,
                 )
             return
@@ -170,51 +132,78 @@ class RewardProgressBar(TrainerCallback):
 
 @dataclass(frozen=True)
 class DemoResult:
-    before: AnswerStats
-    after: AnswerStats
+    before: AnswerStats  # the untrained model both methods start from
+    after: dict[str, AnswerStats]  # per method of METHODS
+    run_names: dict[str, str]  # trackio's name of each method's run
     steps: int
-    seconds: float
+    seconds: float  # training time of both methods together
 
 
 def run_demo(steps: int, seed: int, trackio: bool, save_to: Path | None = None) -> DemoResult:
-    """Build the tiny model, measure it, train it for ``steps`` steps and measure it again.
+    """Train stock GRPO and MaxEnt listwise for ``steps`` steps each from the same seed; measure the answers.
 
-    With ``save_to``, the trained model and tokenizer are saved there; otherwise nothing outlives the call except
-    trackio's local record of the run (when ``trackio`` is set).
+    With ``save_to``, each trained model and its tokenizer are saved in ``save_to / <method>``; otherwise nothing
+    outlives the call except trackio's local record of the two runs (when ``trackio`` is set).
     """
     if trackio:  # the demo always logs locally, whatever remote trackio target the environment names
         for variable in ("TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL"):
             os.environ.pop(variable, None)
-    tokenizer = build_tiny_tokenizer()
-    model = build_tiny_model(tokenizer, seed=seed, max_completion_length=COMPLETION_LENGTH)
-    before = answer_stats(sample_answers(model, tokenizer, EVAL_SAMPLES, seed))
-    with tempfile.TemporaryDirectory(prefix="maxent-grpo-demo-") as scratch:
-        trainer = MaxEntGRPOTrainer(
-            model=model,
-            reward_funcs=vowel_start_reward,
-            args=demo_config(save_to or scratch, steps, seed, "trackio" if trackio else "none"),
-            train_dataset=vowel_dataset(steps * GROUP_SIZE),
-            processing_class=tokenizer,
+    tokenizer = build_tiny_tokenizer(TASK.alphabet)
+    untrained = build_tiny_model(
+        tokenizer,
+        seed=seed,
+        hidden_size=TASK.hidden_size,
+        num_layers=TASK.num_layers,
+        max_completion_length=TASK.max_completion_length,
+    )
+    before = answer_stats(TASK.sample_answers(untrained, tokenizer, EVAL_SAMPLES, seed))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_names = {method: f"{method}-seed{seed}-{stamp}" for method in METHODS}
+    after: dict[str, AnswerStats] = {}
+    seconds = 0.0
+    for method in METHODS:
+        reporting = {
+            "report_to": "trackio" if trackio else "none",
+            "logging_steps": 1,
+            "run_name": run_names[method],
+            "project": TRACKIO_PROJECT,
+            "trackio_static_space_id": False,  # never sync to the Hub: the runs stay in trackio's local directory
+        }
+        with tempfile.TemporaryDirectory(prefix="maxent-grpo-demo-") as scratch:
+            output_dir = str(save_to / method) if save_to is not None else scratch
+            recorder = StepRecorder(vowel_start_reward)
+            trainer = TASK.build_trainer(method, seed, steps, {}, output_dir, recorder, reporting)
+            trainer.add_callback(RewardProgressBar(LABELS[method]))
+            start = time.perf_counter()
+            trainer.train()
+            seconds += time.perf_counter() - start
+        if save_to is not None:
+            trainer.save_model(output_dir)
+        answers = TASK.sample_answers(trainer.model, trainer.processing_class, EVAL_SAMPLES, seed)
+        after[method] = answer_stats(answers)
+    return DemoResult(before=before, after=after, run_names=run_names, steps=steps, seconds=seconds)
+
+
+def format_histogram(stats: AnswerStats, width: int = 40) -> list[str]:
+    """One line per vowel (and OTHER): a bar of ``#`` whose full ``width`` is all sampled answers, and the count."""
+    total = sum(stats.counts.values())
+    lines = []
+    for answer, count in stats.counts.items():
+        bar = "#" * round(width * count / total) if total else ""
+        lines.append(f"  {answer:<6}|{bar:<{width}}| {count:>4}")
+    return lines
+
+
+def format_report(result: DemoResult) -> str:
+    """The reward and answer histogram of the untrained model and of each trained method."""
+    blocks = [("untrained model (both methods start here)", result.before)]
+    blocks += [(f"{LABELS[method]} after {result.steps} steps", result.after[method]) for method in METHODS]
+    lines = []
+    for title, stats in blocks:
+        lines.append(
+            f"{title}: reward {stats.mean_reward:.2f}, answer entropy {stats.coverage:.2f}, "
+            f"vowels used {stats.distinct_vowels}/{len(VOWELS)}"
         )
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(RewardProgressBar())
-        start = time.perf_counter()
-        trainer.train()
-        seconds = time.perf_counter() - start
-    if save_to is not None:
-        trainer.save_model(str(save_to))
-    after = answer_stats(sample_answers(trainer.model, tokenizer, EVAL_SAMPLES, seed))
-    return DemoResult(before=before, after=after, steps=steps, seconds=seconds)
-
-
-def format_table(result: DemoResult) -> str:
-    """The before / after table the demo prints."""
-    before, after = result.before, result.after
-    rows = [
-        ("mean reward", f"{before.mean_reward:.2f}", f"{after.mean_reward:.2f}"),
-        ("answer coverage", f"{before.coverage:.2f}", f"{after.coverage:.2f}"),
-        ("distinct vowels", f"{before.distinct_vowels}/{len(VOWELS)}", f"{after.distinct_vowels}/{len(VOWELS)}"),
-    ]
-    lines = [f"{'':<17}{'before':>8}{'after':>8}"]
-    lines += [f"{name:<17}{old:>8}{new:>8}" for name, old, new in rows]
-    return "\n".join(lines)
+        lines += format_histogram(stats)
+        lines.append("")
+    return "\n".join(lines[:-1])

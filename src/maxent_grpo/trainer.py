@@ -35,6 +35,7 @@ from maxent_grpo.training.generation.step import GenerationStep, GroupAgreement
 from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
 from maxent_grpo.training.optimizer_window import WindowPlan
 from maxent_grpo.training.reference_model import built_in_process, reference_from_policy
+from maxent_grpo.training.reward_contract import checked
 from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning
 
 __all__ = ["MaxEntGRPOTrainer", "NoUsableGenerationError"]
@@ -49,7 +50,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     - `_generate`: asks the backend for each prompt group, retries short groups for their deficit, drops groups that
       stay incomplete on every process alike, and returns TRL's tuple built from the backend's own prompt ids.
-    - `_calculate_rewards`: reward functions only ever see kept rows; dropped rows score NaN (unscorable).
+    - `_calculate_rewards`: reward functions only ever see kept rows; dropped rows score NaN (unscorable). A reward
+      function's return that TRL cannot train on (a wrong count, not a number, NaN, infinity) raises
+      `RewardContractError` naming the function (`training.reward_contract`).
     - `_generate_and_score_completions`: with ``maxent_objective="listwise"``, replaces the advantages by the MaxEnt
       listwise ones and steps the tau / beta controllers.
     - `_compute_loss`: TRL's loss, normalisers and metrics on the kept rows of each micro-batch only.
@@ -129,9 +132,12 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._window_inputs: list[dict[str, Any]] = []  # its prepared micro-batches
         self._window_plan: WindowPlan | None = None
         self._vocab_size = len(self._tokenizer)
+        # A reward function sees kept rows only, and what it returns for them is checked (`RewardContractError`).
         self.reward_funcs = [
-            func if isinstance(func, torch.nn.Module) else mask_dropped_rows(func, lambda: self._row_keep)
-            for func in self.reward_funcs
+            func
+            if isinstance(func, torch.nn.Module)
+            else mask_dropped_rows(checked(func, name), lambda: self._row_keep)
+            for func, name in zip(self.reward_funcs, self.reward_func_names, strict=True)
         ]
         listwise = self.args.maxent_objective == "listwise"
         self.listwise = ListwiseObjective.from_config(self.args, self._tokenizer) if listwise else None

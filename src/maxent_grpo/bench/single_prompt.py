@@ -130,11 +130,20 @@ class SinglePromptTask:
         }
 
     def build_trainer(
-        self, method: str, seed: int, steps: int, maxent: Mapping[str, Any], output_dir: str, recorder: StepRecorder
+        self,
+        method: str,
+        seed: int,
+        steps: int,
+        maxent: Mapping[str, Any],
+        output_dir: str,
+        recorder: StepRecorder,
+        reporting: Mapping[str, Any] | None = None,
     ) -> GRPOTrainer:
         """A stock GRPO (``method="grpo"``) or MaxEnt listwise trainer from the seed's model initialisation.
 
         ``maxent`` overrides fields of the MaxEnt config (on top of ``maxent_settings``); the GRPO run ignores it.
+        ``reporting`` overrides the quiet logging both methods run with by default (``report_to="none"``, one log at
+        the end), e.g. ``{"report_to": "trackio", "logging_steps": 1, "run_name": ...}``.
         """
         tokenizer = build_tiny_tokenizer(self.alphabet)
         model = build_tiny_model(
@@ -160,6 +169,7 @@ class SinglePromptTask:
             "seed": seed,
             "dataloader_num_workers": 0,
             "disable_tqdm": True,
+            **(reporting or {}),
         }
         dataset = Dataset.from_dict({"prompt": [self.prompt] * self.num_generations})
         if method == "grpo":

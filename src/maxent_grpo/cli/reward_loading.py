@@ -2,9 +2,10 @@
 
 A reward function is a built-in name from `maxent_grpo.rewards.REWARDS` or a dotted path to a callable
 (``my_rewards.contains_digit`` or ``my_rewards:contains_digit``), its module found on the working directory or
-installed; each is called through `reward_contract.checked`, so a return that breaks TRL's contract is one line
-naming the function. A reward model (``reward_model_name_or_path``) is passed on by name: `GRPOTrainer` loads it as a
-sequence-classification model with one label, exactly as TRL's script does.
+installed; each is wrapped by `maxent_grpo.training.reward_contract.checked` under the name given here, so a
+return that breaks TRL's contract is one line naming the function as the user wrote it. A reward model
+(``reward_model_name_or_path``) is passed on by name: `GRPOTrainer` loads it as a sequence-classification model with
+one label, exactly as TRL's script does.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from maxent_grpo.cli.hub_access import check_model_source
-from maxent_grpo.cli.reward_contract import checked
 from maxent_grpo.cli.usage_error import UsageError
 from maxent_grpo.dotted_path import import_callable
 from maxent_grpo.rewards import REWARDS
+from maxent_grpo.training.reward_contract import checked
 
 RewardFunc = Callable[..., list[float]] | str
 """What `GRPOTrainer` takes in ``reward_funcs``: a callable, or a reward model's name or path."""

@@ -84,14 +84,14 @@ def test_math_recipe_rewards_the_boxed_answer_over_distinct_answers():
 def test_demo_recipe_builds_its_model_and_data_offline():
     script_args, config, model_args = _parse(CONFIGS / "recipes" / "demo.yaml")
     assert config.use_cpu and (config.maxent_objective, config.maxent_mode_key) == ("listwise", "first_token")
-    # The same task and settings as `maxent-grpo demo`.
-    assert (config.per_device_train_batch_size, config.num_generations) == (demo.GROUP_SIZE, demo.GROUP_SIZE)
-    assert (config.max_completion_length, config.max_steps) == (demo.COMPLETION_LENGTH, demo.DEFAULT_STEPS)
-    assert (config.learning_rate, config.maxent_tau) == (demo.LEARNING_RATE, demo.TAU)
+    # The task of `maxent-grpo demo` (which prints this recipe as the next command): groups of the same size.
+    group = demo.TASK.num_generations
+    assert (config.per_device_train_batch_size, config.num_generations) == (group, group)
+    assert config.maxent_mode_key == demo.TASK.mode_key
     dataset = load_train_dataset(script_args)
     check_reward_columns(load_reward_funcs(script_args.reward_funcs), dataset)
     model = load_model(model_args, config)
-    assert set(dataset["prompt"]) == {"pick a vowel:"}
+    assert set(dataset["prompt"]) == {demo.VOWEL_PROMPT}
     assert model["model"].config.vocab_size == len(model["processing_class"])
 
 
