@@ -69,11 +69,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
       raised as `SaveError` (`training.checkpoints.extra_state`).
     - `_issue_warnings_after_load`: no "missing keys" warning for tied weights a checkpoint rightly leaves out.
 
-    With ``beta != 0``, a model built in-process (no name to load it again) gets its copy as the reference model,
-    where TRL can only load the reference by name (see `maxent_grpo.training.reference_model`). With vLLM colocate,
-    the engine TRL builds runs in ``vllm_dtype`` (see `maxent_grpo.training.generation.backends.colocate_engine`). In
-    server mode with the disk weight transfer (``vllm_weight_transfer``), TRL's client is built without its NCCL group
-    (`maxent_grpo.training.generation.backends.trl_server_client`), so a CPU trainer can use a server.
+    While TRL builds: a model built in-process gets its copy as the reference model (`training.reference_model`); a
+    colocated vLLM engine runs in ``vllm_dtype`` (`backends.colocate_engine`); with the disk weight transfer, TRL's
+    server client is built without its NCCL group, so a CPU trainer can use a server (`backends.trl_server_client`).
 
     Args:
         generation_backend: any object implementing `GenerationBackend`. When None, the trainer builds the built-in
@@ -362,13 +360,14 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         order), and plan its loss factors; collective."""
         start, batch_samples = self._window_batches
         prepared = []
-        for offset, batch in enumerate(batch_samples):
-            self._step = start + offset  # TRL decides from its micro-step when to generate and which slice to train
-            prepared.append(super()._prepare_inputs(batch))
-        self._step = start
+        try:
+            for offset, batch in enumerate(batch_samples):
+                self._step = start + offset  # TRL decides from its micro-step when to generate and what to train
+                prepared.append(super()._prepare_inputs(batch))
+        finally:
+            self._step = start
         self._window_inputs = prepared
-        device = self.accelerator.device
-        gather = self.accelerator.gather
+        gather, device = self.accelerator.gather, self.accelerator.device
         return WindowPlan.of(
             start, prepared, keep_key=ROW_KEEP_KEY, loss_type=self.loss_type, gather=gather, device=device
         )
