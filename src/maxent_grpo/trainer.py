@@ -237,8 +237,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     def _score_rows(
         self, prompts: list, rows: GeneratedRows, agreement: GroupAgreement, rows_to_score: Sequence[bool]
     ) -> torch.Tensor:
-        """Dynamic sampling's scorer: TRL's reward functions on the kept rows marked in ``rows_to_score`` (``log_extra``
-        columns keep, for the other rows, the values of the round that scored them)."""
+        """Dynamic sampling's scorer: TRL's reward functions on the kept rows marked in ``rows_to_score``
+        (``log_extra`` columns keep, for the other rows, the values of the round that scored them)."""
         self._row_keep = [k and s for k, s in zip(agreement.keep, rows_to_score, strict=True)]
         earlier = {column: list(values) for column, values in self._pending_extra_logs.items()}
         self._pending_extra_logs.clear()
