@@ -33,7 +33,7 @@ from maxent_grpo.training.generation.completion_format import format_completions
 from maxent_grpo.training.generation.rows import GeneratedRows
 from maxent_grpo.training.generation.step import GenerationStep, GroupAgreement
 from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
-from maxent_grpo.training.optimizer_window import WindowPlan
+from maxent_grpo.training.optimizer_window import WindowPlan, WindowPlanner, step_engine_owned_scheduler
 from maxent_grpo.training.reference_model import built_in_process, reference_from_policy
 from maxent_grpo.training.reward_contract import checked
 from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning
@@ -126,9 +126,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._last_completion_texts: list[str] = []
         self._last_rewards_per_func: torch.Tensor | None = None
         self._empty_batches = EmptyBatchGuard(self.args.generation_max_consecutive_empty_batches)
-        self._window_batches: tuple[int, list] | None = None  # (first micro-step, inputs) of the window to train
-        self._window_inputs: list[dict[str, Any]] = []  # its prepared micro-batches
-        self._window_plan: WindowPlan | None = None
+        self._windows = WindowPlanner(self._prepare_at, self._plan_of)
         self._vocab_size = len(self._tokenizer)
         # A reward function sees kept rows only, and what it returns for them is checked (`RewardContractError`).
         self.reward_funcs = [
@@ -343,44 +341,52 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """The Trainer's window of inputs, kept to be generated and planned at the window's first micro-batch."""
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        self._window_batches = (self._step, batch_samples)
-        self._window_plan = None
+        self._windows.start(self._step, batch_samples)
         return batch_samples, num_items_in_batch
 
     def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
-        if not self.model.training or self._window_plan is None or not self._window_plan.holds(self._step):
-            return super()._prepare_inputs(generation_batch)
-        return self._window_inputs[self._step - self._window_plan.start]
+        """TRL's, except that a training window's first micro-batch generates and plans the whole window (inside
+        TRL's step timer and after the Trainer's ``model.train()`` / ``optimizer.train()``)."""
+        prepared = self._windows.inputs_at(self._step) if self.model.training else None
+        return super()._prepare_inputs(generation_batch) if prepared is None else prepared
 
-    def _plan_window(self) -> WindowPlan:
-        """Generate the window's generation batches as TRL would during the window (same weights, same inputs, same
-        order), and plan its loss factors; collective."""
-        start, batch_samples = self._window_batches
-        prepared = []
+    def _prepare_at(self, inputs: dict[str, Any], step: int) -> dict[str, Any]:
+        """TRL's `_prepare_inputs` as it would run at micro-step ``step`` (TRL decides from it what to generate)."""
+        current, self._step = self._step, step
         try:
-            for offset, batch in enumerate(batch_samples):
-                self._step = start + offset  # TRL decides from its micro-step when to generate and what to train
-                prepared.append(super()._prepare_inputs(batch))
+            return GRPOTrainer._prepare_inputs(self, inputs)
         finally:
-            self._step = start
-        self._window_inputs = prepared
+            self._step = current
+
+    def _plan_of(self, start: int, prepared: list[dict[str, Any]]) -> WindowPlan:
         gather, device = self.accelerator.gather, self.accelerator.device
         return WindowPlan.of(
             start, prepared, keep_key=ROW_KEEP_KEY, loss_type=self.loss_type, gather=gather, device=device
         )
 
+    @property
+    def _in_empty_window(self) -> bool:
+        return self.model.training and self._windows.empty_at(self._step)
+
     def training_step(self, model, inputs, num_items_in_batch=None):
-        """TRL's step, after planning the window at its first micro-batch; no forward or backward in an empty one."""
-        if self._window_batches is not None and self._window_batches[0] == self._step:
-            model.train()
-            self._window_plan = self._plan_window()
-        if self._window_plan is not None and self._window_plan.holds(self._step) and self._window_plan.empty:
-            self._step += 1  # TRL's own counter, which its `training_step` would have advanced
-            return torch.zeros((), device=self.args.device)
-        return super().training_step(model, inputs, num_items_in_batch)
+        """TRL's step; in an empty window its loss is a constant and its backward is not run (`optimizer_window`)."""
+        accelerator = self.accelerator
+        backward = accelerator.backward
+
+        def backward_with_data(loss: torch.Tensor, **kwargs: Any) -> None:
+            if not self._in_empty_window:
+                backward(loss, **kwargs)
+            elif accelerator.sync_gradients:
+                step_engine_owned_scheduler(self.lr_scheduler)
+
+        accelerator.backward = backward_with_data
+        try:
+            return super().training_step(model, inputs, num_items_in_batch)
+        finally:
+            del accelerator.backward  # the class's method again
 
     def _get_grad_norm(self, model, grad_norm=None):
-        if self._window_plan is not None and self._window_plan.empty:  # nothing ran; DeepSpeed would report the last
+        if self._windows.plan is not None and self._windows.plan.empty:  # nothing ran; DeepSpeed reports the last
             return 0.0
         return super()._get_grad_norm(model, grad_norm=grad_norm)
 
@@ -388,14 +394,14 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         """TRL's loss on the kept rows of this micro-batch only (see `training.kept_rows`), times the window's factor
         (see `training.optimizer_window`)."""
+        if self._in_empty_window:  # no process holds data: no forward (and, see `training_step`, no backward)
+            return torch.zeros((), device=self.accelerator.device)
         mode = "train" if self.model.training else "eval"
         keep = inputs[ROW_KEEP_KEY]
         kept_rows = self.accelerator.gather(keep.sum().reshape(1).to(self.accelerator.device))
         total_kept = int(kept_rows.sum().item())
         kl_logged = len(self._metrics[mode].get("kl", ()))
-        plan = self._window_plan
-        planned = mode == "train" and plan is not None and plan.holds(self._step)
-        loss_factor, entropy_factor = plan.factors() if planned else (1.0, 1.0)
+        loss_factor, entropy_factor = self._windows.factors_at(self._step) if mode == "train" else (1.0, 1.0)
         with scaled_entropy_bonus(self, entropy_factor / loss_factor):
             if bool((kept_rows == keep.numel()).all()):
                 loss = super()._compute_loss(model, inputs)

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 
 import pytest
 import torch
 from trl import GRPOTrainer
 
-from maxent_grpo import MaxEntGRPOTrainer
+from maxent_grpo import Completion, MaxEntGRPOTrainer
 from maxent_grpo.training.empty_batches import NoUsableGenerationError
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
@@ -51,13 +52,12 @@ class RecordingTrainer(MaxEntGRPOTrainer):
         self.windows: list[dict] = []
         self._micro_batches: list[dict] = []
 
-    def _plan_window(self):
-        plan = super()._plan_window()  # the window's micro-batches, an empty window's included
-        self._micro_batches = [
+    def _plan_of(self, start, prepared):
+        self._micro_batches = [  # the window's micro-batches, an empty window's included
             {k: v.detach().clone() if torch.is_tensor(v) else v for k, v in micro_batch.items()}
-            for micro_batch in self._window_inputs
+            for micro_batch in prepared
         ]
-        return plan
+        return super()._plan_of(start, prepared)
 
     def create_optimizer(self, *args, **kwargs):
         optimizer = super().create_optimizer(*args, **kwargs)
@@ -449,3 +449,76 @@ def test_adaptive_entropy_control_moves_the_unscaled_coefficient(tmp_path):
     trainer.use_adaptive_entropy, trainer.entropy_coef = False, 0.012  # the reference: the coefficient that applied
     gradient_error, update_error = _check_window(trainer, trainer.windows[1])
     assert gradient_error <= 1e-6 and update_error <= 1e-6, (gradient_error, update_error)
+
+
+class TruncatingBackend(TaggedBackend):
+    """Completions without their EOS: TRL sees every one as truncated."""
+
+    def _completion(self, prompt):
+        completion = super()._completion(prompt)
+        ids = completion.completion_ids[:-1]
+        logprobs = None if completion.logprobs is None else completion.logprobs[:-1]
+        return Completion(
+            text=completion.text, prompt_ids=completion.prompt_ids, completion_ids=ids, logprobs=logprobs
+        )
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "cispo", "vespo", "grpo"])
+def test_a_window_of_masked_truncated_completions_trains_on_nothing_without_failing(tmp_path, loss_type):
+    # Kept rows, but `mask_truncated_completions` masks every token: TRL's token count is 0 for the whole window.
+    model, tokenizer = tiny_model_and_tokenizer()
+    trainer = RecordingTrainer(
+        model=model,
+        reward_funcs=digit_reward,
+        args=tiny_config(
+            tmp_path,
+            loss_type=loss_type,
+            per_device_train_batch_size=ROWS_PER_DEVICE,
+            max_steps=1,
+            mask_truncated_completions=True,
+            max_grad_norm=0.0,
+        ),
+        train_dataset=letter_dataset(NUM_PROMPTS),
+        processing_class=tokenizer,
+        generation_backend=TruncatingBackend(tokenizer),
+    )
+    trainer.train()
+    (window,) = trainer.windows
+    assert all(bool(mb["num_items_in_batch"] == 0) for mb in window["micro_batches"])
+    assert all(math.isfinite(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry)
+
+
+class SlowBackend(TaggedBackend):
+    """Every call takes at least `seconds` (generation that TRL's step timer must include)."""
+
+    seconds = 0.3
+
+    def generate(self, prompts, counts):
+        time.sleep(self.seconds)
+        return super().generate(prompts, counts)
+
+
+def test_step_time_includes_the_window_generation_and_empty_windows_log_it_too(tmp_path):
+    # The window's generation batches run at its first micro-batch, inside TRL's step timer; the second window's
+    # generation call is dropped whole, so that step trains on nothing but still takes (and logs) its time.
+    model, tokenizer = tiny_model_and_tokenizer()
+    trainer = RecordingTrainer(
+        model=model,
+        reward_funcs=digit_reward,
+        args=tiny_config(
+            tmp_path,
+            per_device_train_batch_size=ROWS_PER_DEVICE,
+            steps_per_generation=1,
+            gradient_accumulation_steps=2,
+            max_steps=2,
+            generation_max_retries=0,
+            generation_max_consecutive_empty_batches=5,
+        ),
+        train_dataset=letter_dataset(NUM_PROMPTS),
+        processing_class=tokenizer,
+        generation_backend=SlowBackend(tokenizer, empty_calls=frozenset({2, 3})),
+    )
+    trainer.train()
+    step_times = [entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry]
+    assert len(step_times) == 2
+    assert all(seconds >= 2 * SlowBackend.seconds for seconds in step_times), step_times  # two calls per window

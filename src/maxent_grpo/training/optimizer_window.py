@@ -88,4 +88,69 @@ class WindowPlan:
         per_unit = self.kept_rows.numel() / units
         if self.loss_type in PER_MICRO_BATCH_LOSSES:
             return per_unit, per_unit
-        return self.size / sum(self.generation_has_data), per_unit
+        with_tokens = sum(self.generation_has_data)
+        # Kept rows without a kept token (all masked by `mask_truncated_completions`): TRL's loss is 0 anyway.
+        return (self.size / with_tokens if with_tokens else 1.0), per_unit
+
+
+class WindowPlanner:
+    """The trainer's optimizer windows: the inputs of the window to train, its prepared micro-batches and its plan.
+
+    ``prepare(inputs, step)`` is TRL's ``_prepare_inputs`` at micro-step ``step`` (generation included); ``plan_of``
+    turns a window's prepared micro-batches into its `WindowPlan` (a collective).
+    """
+
+    def __init__(
+        self,
+        prepare: Callable[[dict[str, Any], int], dict[str, Any]],
+        plan_of: Callable[[int, list[dict[str, Any]]], WindowPlan],
+    ) -> None:
+        self._prepare = prepare
+        self._plan_of = plan_of
+        self._pending: tuple[int, list] | None = None
+        self._prepared: list[dict[str, Any]] = []
+        self.plan: WindowPlan | None = None
+
+    def start(self, step: int, window_inputs: list) -> None:
+        """A window begins at TRL's micro-step ``step`` with the Trainer's ``window_inputs`` (one per micro-step)."""
+        self._pending, self.plan = (step, window_inputs), None
+
+    def inputs_at(self, step: int) -> dict[str, Any] | None:
+        """The prepared micro-batch of ``step``, generating and planning the window at its first micro-step; None
+        for a step outside a planned window (TRL prepares it itself)."""
+        if self._pending is not None and self._pending[0] == step:
+            start, window_inputs = self._pending
+            self._pending = None
+            self._prepared = [self._prepare(inputs, start + offset) for offset, inputs in enumerate(window_inputs)]
+            self.plan = self._plan_of(start, self._prepared)
+        if self.plan is None or not self.plan.holds(step):
+            return None
+        return self._prepared[step - self.plan.start]
+
+    @property
+    def prepared(self) -> list[dict[str, Any]]:
+        """The micro-batches of the window planned last."""
+        return self._prepared
+
+    def empty_at(self, step: int) -> bool:
+        """``step`` belongs to a planned window without a kept row on any process."""
+        return self.plan is not None and self.plan.holds(step) and self.plan.empty
+
+    def factors_at(self, step: int) -> tuple[float, float]:
+        """``(loss factor, entropy-bonus factor)`` of ``step`` (1 outside a planned window)."""
+        if self.plan is None or not self.plan.holds(step) or self.plan.empty:
+            return 1.0, 1.0
+        return self.plan.factors()
+
+
+def step_engine_owned_scheduler(lr_scheduler: Any) -> None:
+    """Step the learning-rate schedule that only an engine step would have moved, at an empty window's boundary.
+
+    With a ``scheduler`` section in its DeepSpeed config, the engine owns the schedule and steps it in its own step
+    (accelerate's `DeepSpeedSchedulerWrapper.step` does nothing); an empty window runs no backward, so no engine step,
+    and the schedule would fall behind the optimizer steps. Any other scheduler is stepped by the Trainer as usual.
+    """
+    from accelerate.utils.deepspeed import DeepSpeedSchedulerWrapper
+
+    if isinstance(lr_scheduler, DeepSpeedSchedulerWrapper):
+        lr_scheduler.scheduler.step()
