@@ -142,6 +142,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                 f"dynamic_sampling_metric={metric!r} is invalid: expected 'sum' or one of the reward functions "
                 f"{self.reward_func_names}."
             )
+        if self.args.remove_unused_columns:  # the data loader keeps the signature columns only (`_get_dataloader`)
+            self._set_signature_columns_if_needed()
         return DynamicSampler(
             self.train_dataset,
             self.reward_weights,
@@ -149,6 +151,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             max_rounds=self.args.dynamic_sampling_max_rounds,
             error_at_cap=self.args.dynamic_sampling_at_cap == "error",
             seed=self.args.seed,
+            columns=self._signature_columns if self.args.remove_unused_columns else None,
         )
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:

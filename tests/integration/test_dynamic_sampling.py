@@ -148,3 +148,36 @@ def test_checkpoint_holds_both_states_and_old_listwise_files_still_load(tmp_path
     assert [e["maxent/tau"] for e in resumed.state.log_history if e["step"] == 2 and "maxent/tau" in e] == [0.37]
     after = json.loads((tmp_path / "checkpoint-2" / CONTROLLER_STATE_FILE).read_text())
     assert after["dynamic_sampler"] == {"generation_batches": 1}  # nothing to restore: counted from 0
+
+
+class ColumnRecorder(RewardRecorder):
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.trained_columns.append([sorted(row) for row in inputs])
+        return output
+
+
+def _constant_for_c_prompts(prompts, completions, **kwargs):
+    rows = zip(prompts, completions, strict=True)
+    return [0.0 if prompt.startswith("c") else float(completion[-1]) for prompt, completion in rows]
+
+
+def test_replacement_rows_have_the_columns_of_the_loader_rows(tmp_path):
+    # remove_unused_columns=True: the data loader's rows hold TRL's signature columns only ("prompt"), and so must the
+    # rows drawn to replace flat groups (a mix makes TRL's reward call fail on the missing column).
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = tiny_config(
+        tmp_path, per_device_train_batch_size=8, max_steps=3, dynamic_sampling=True, remove_unused_columns=True
+    )
+    trainer = ColumnRecorder(
+        model=model,
+        reward_funcs=_constant_for_c_prompts,
+        args=args,
+        train_dataset=_dataset(8, 8),
+        processing_class=tokenizer,
+        generation_backend=TaggedBackend(tokenizer),
+    )
+    trainer.trained_rewards, trainer.trained_prompts, trainer.trained_columns = [], [], []
+    trainer.train()
+    assert sum(_logged(trainer, "dynamic_sampling/rounds")) > 0  # rows were replaced
+    assert trainer.trained_columns == [[["prompt"]] * 8] * 3
