@@ -205,7 +205,14 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         batch = step.collect(copy.deepcopy(prompts))
         agreement = step.agree(batch)
         if self.dynamic_sampler is not None and mode == "train":
-            refilled = step.refill(batch, agreement, self.dynamic_sampler, self._current_inputs, self._score_rows)
+            refilled = step.refill(
+                batch,
+                agreement,
+                self.dynamic_sampler,
+                self._current_inputs,
+                self._score_rows,
+                logged_metrics=lambda: bool(self._pending_metrics),
+            )
             agreement, self._precomputed_rewards = refilled.agreement, refilled.rewards_per_func
             prompts[:] = copy.deepcopy(batch.prompts)  # TRL scores and logs the caller's list: the replaced prompts
             for name, value in refilled.outcome.metrics().items():
@@ -237,13 +244,17 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         )
 
     def _score_rows(
-        self, prompts: list, rows: GeneratedRows, agreement: GroupAgreement, rows_to_score: Sequence[bool]
+        self, prompts: list, rows: GeneratedRows, agreement: GroupAgreement, rows_to_score: Sequence[bool] | None
     ) -> torch.Tensor:
-        """Dynamic sampling's scorer: TRL's reward functions on the kept rows marked in ``rows_to_score``.
+        """Dynamic sampling's scorer: TRL's reward functions on the kept rows marked in ``rows_to_score`` (None: the
+        final scoring of every row, whose ``log_metric`` values replace those of the rounds).
 
         Columns that reward functions log through ``log_extra`` keep, for rows not scored this round, the values of
         the round that scored them.
         """
+        if rows_to_score is None:
+            rows_to_score = [True] * len(prompts)
+            self._pending_metrics.clear()
         self._row_keep = [k and s for k, s in zip(agreement.keep, rows_to_score, strict=True)]
         earlier = {column: list(values) for column, values in self._pending_extra_logs.items()}
         self._pending_extra_logs.clear()

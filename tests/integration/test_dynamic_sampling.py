@@ -181,3 +181,30 @@ def test_replacement_rows_have_the_columns_of_the_loader_rows(tmp_path):
     trainer.train()
     assert sum(_logged(trainer, "dynamic_sampling/rounds")) > 0  # rows were replaced
     assert trainer.trained_columns == [[["prompt"]] * 8] * 3
+
+
+def _logs_the_share_of_varying_prompts(prompts, completions, log_metric, **kwargs):
+    log_metric("varying_share", sum(prompt.startswith("v") for prompt in prompts) / len(prompts))
+    return _constant_for_c_prompts(prompts, completions)
+
+
+def test_logged_metrics_describe_the_trained_rows_only(tmp_path):
+    # A value a reward function logs is a statistic of the rows it was called with: after refill rounds it must be
+    # the statistic of the rows that train, not an average over rounds that scored groups later filtered out.
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = tiny_config(
+        tmp_path, per_device_train_batch_size=8, max_steps=3, dynamic_sampling=True, dynamic_sampling_max_rounds=2
+    )
+    trainer = RewardRecorder(
+        model=model,
+        reward_funcs=_logs_the_share_of_varying_prompts,
+        args=args,
+        train_dataset=_dataset(8, 8),
+        processing_class=tokenizer,
+        generation_backend=TaggedBackend(tokenizer),
+    )
+    trainer.trained_rewards, trainer.trained_prompts = [], []
+    trainer.train()
+    assert sum(_logged(trainer, "dynamic_sampling/rounds")) > 0  # groups were refilled
+    expected = [sum(p.startswith("v") for p in prompts) / len(prompts) for prompts in trainer.trained_prompts]
+    assert _logged(trainer, "varying_share") == pytest.approx(expected)
