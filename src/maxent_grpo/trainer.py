@@ -294,6 +294,14 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: list) -> dict[str, Any]:
         self._current_inputs = inputs  # dynamic sampling replaces rows (prompt and columns together) in place
+        with metric_restriction.completion_logs_of_one_batch(self._logs) as restrict_completion_logs:
+            output = self._score_kept_rows(inputs)
+            if self._global_row_keep is not None and not bool(self._global_row_keep.all()):
+                restrict_completion_logs(self._global_row_keep.tolist())
+        return output
+
+    def _score_kept_rows(self, inputs: list) -> dict[str, Any]:
+        """TRL's generation and scoring, with the listwise advantages and TRL's metrics over kept rows only."""
         mode = "train" if self.model.training else "eval"
         metrics = self._metrics[mode]
         logged_before = {name: len(values) for name, values in metrics.items()}
@@ -316,7 +324,6 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                 )
             if self.use_vllm and self.vllm_importance_sampling_correction:
                 metric_restriction.restrict_sampling_metrics(metrics, output, self.accelerator.gather)
-        metric_restriction.restrict_completion_logs(self._logs, global_keep.tolist())
         return output
 
     def _listwise_advantages(self, output: dict[str, Any], mode: str) -> torch.Tensor:
