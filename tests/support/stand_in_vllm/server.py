@@ -75,6 +75,7 @@ class Faults:
     nan_logprobs_rate: float = 0.0
     trickle_rate: float = 0.0
     trickle_seconds: float = 0.0
+    corrupt_gzip_rate: float = 0.0
     seed: int = 0
 
 
@@ -87,6 +88,7 @@ class RequestFaults:
     delay: bool
     short: bool
     trickle: bool
+    corrupt_gzip: bool
     rng: random.Random
     logprobs_rng: random.Random
 
@@ -336,6 +338,7 @@ class FaultyServer(ThreadingHTTPServer):
             short=short < self.faults.short_rate,
             # Generators of their own, so that switching these faults on leaves every other draw as it was.
             trickle=random.Random(f"trickle:{self.faults.seed}:{index}").random() < self.faults.trickle_rate,
+            corrupt_gzip=random.Random(f"gzip:{self.faults.seed}:{index}").random() < self.faults.corrupt_gzip_rate,
             rng=rng,
             logprobs_rng=random.Random(f"logprobs:{self.faults.seed}:{index}"),
         )
@@ -382,7 +385,7 @@ class Handler(BaseHTTPRequestHandler):
         except BadRequest as exc:
             self._send_error(exc.status, str(exc))
         else:
-            self._send_json(HTTPStatus.OK, answer, trickle=faults.trickle)
+            self._send_json(HTTPStatus.OK, answer, trickle=faults.trickle, corrupt_gzip=faults.corrupt_gzip)
 
     def _complete(self, body: Any, faults: RequestFaults) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -466,12 +469,20 @@ class Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------------------------------------ responses
 
     def _send(
-        self, status: HTTPStatus, payload: bytes, content_type: str = "application/json", trickle: bool = False
+        self,
+        status: HTTPStatus,
+        payload: bytes,
+        content_type: str = "application/json",
+        trickle: bool = False,
+        corrupt_gzip: bool = False,
     ) -> None:
-        """Answer; with ``trickle``, the headers at once and then the body one byte every ``--trickle-seconds``."""
+        """Answer; with ``trickle``, the headers at once and then the body one byte every ``--trickle-seconds``; with
+        ``corrupt_gzip``, the body marked as gzip-encoded although it is not (a client cannot decode it)."""
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
+            if corrupt_gzip:
+                self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             if not trickle:
@@ -483,8 +494,10 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (for example after its timeout)
 
-    def _send_json(self, status: HTTPStatus, payload: dict[str, Any], trickle: bool = False) -> None:
-        self._send(status, json.dumps(payload).encode(), trickle=trickle)
+    def _send_json(
+        self, status: HTTPStatus, payload: dict[str, Any], trickle: bool = False, corrupt_gzip: bool = False
+    ) -> None:
+        self._send(status, json.dumps(payload).encode(), trickle=trickle, corrupt_gzip=corrupt_gzip)
 
     def _send_error(self, status: HTTPStatus, message: str) -> None:
         error = {"message": message, "type": status.phrase.replace(" ", ""), "param": None, "code": int(status)}
@@ -586,6 +599,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="fraction of choices in which one sampled token's logprob is NaN (default: 0)",
     )
+    parser.add_argument(
+        "--corrupt-gzip-rate",
+        type=_rate,
+        default=0.0,
+        help="fraction of requests answered with a body marked gzip-encoded that is not\n(default: 0)",
+    )
     parser.add_argument("--num-threads", type=int, default=1, help="torch CPU threads (default: 1)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     return parser
@@ -606,6 +625,7 @@ def main(argv: list[str] | None = None) -> int:
         nan_logprobs_rate=args.nan_logprobs_rate,
         trickle_rate=args.trickle_rate,
         trickle_seconds=args.trickle_seconds,
+        corrupt_gzip_rate=args.corrupt_gzip_rate,
         seed=args.seed,
     )
     server = FaultyServer(("127.0.0.1", args.port), engine, faults, args.verbose)

@@ -15,8 +15,8 @@ is one), owns its retry policy and keeps partial results. Failures fall in four 
 logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
 
 - ``infrastructure failure``: connection refused or dropped, timeout, HTTP 5xx, 408 (request timeout) or 429 (too many
-  requests). Retried with jittered exponential backoff up to ``max_attempts``; then that prompt's group comes back
-  empty and the others are still returned.
+  requests), a body that cannot be decoded (a corrupt content encoding). Retried with jittered exponential backoff up
+  to ``max_attempts``; then that prompt's group comes back empty and the others are still returned.
 - ``bad data``: the server answered, but with fewer choices than asked ("short group"), empty completions, token ids
   outside the tokenizer's vocabulary, malformed logprobs, or no logprobs although they were asked for. Unusable
   completions are returned with ``failed=True``. A single token whose logprob is null or NaN is not bad data: it keeps
