@@ -53,6 +53,7 @@ from transformers import PreTrainedTokenizerBase
 from maxent_grpo.training.generation.backends.http_deadline import TRANSIENT_ERRORS, Answer, exchange
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
 from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.backends.request_seeds import RequestSeeds
 from maxent_grpo.training.generation.backends.sampling import SamplingSettings, check_int, check_number
 
 logger = logging.getLogger(__name__)
@@ -231,6 +232,7 @@ class VLLMServerBackend:
         self._step_deadline: float | None = None
         self._first_contact: float | None = None
         self._session = self._make_session()
+        self._seeds = RequestSeeds(sampling.seed, sampling.process_index)
 
     # ----------------------------------------------------------------------------------------------------- public
 
@@ -242,6 +244,7 @@ class VLLMServerBackend:
             check_int(f"counts[{i}]", count, low=0)
         groups: list[list[Completion]] = [[] for _ in prompts]
         asked = [i for i, count in enumerate(counts) if count > 0]
+        seeds = self._seeds.next_call(len(asked))
         if not asked:
             return groups
         if self._time_left() <= 0:
@@ -253,8 +256,8 @@ class VLLMServerBackend:
             return groups
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(asked))) as executor:
             futures = [
-                executor.submit(self._generate_group, model, ids, counts[i])
-                for i, ids in zip(asked, prompt_ids, strict=True)
+                executor.submit(self._generate_group, model, ids, counts[i], seed)
+                for i, ids, seed in zip(asked, prompt_ids, seeds, strict=True)
             ]
             for i, future in zip(asked, futures, strict=True):
                 groups[i] = self._result_or_cancel(future, futures)
@@ -421,7 +424,7 @@ class VLLMServerBackend:
 
     # ----------------------------------------------------------------------------------------------------- parsing
 
-    def _generate_group(self, model: str, prompt_ids: list[int], count: int) -> list[Completion]:
+    def _generate_group(self, model: str, prompt_ids: list[int], count: int, seed: int | None) -> list[Completion]:
         payload = {
             "model": model,
             "prompt": prompt_ids,
@@ -432,6 +435,7 @@ class VLLMServerBackend:
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
             **self.sampling.generation_kwargs,
+            **({} if seed is None else {"seed": seed}),
         }
         answer = self._send("POST", _COMPLETIONS_PATH, payload)
         if answer is None:
