@@ -148,6 +148,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                 f"dynamic_sampling_metric={metric!r} is invalid: expected 'sum' or one of the reward functions "
                 f"{self.reward_func_names}."
             )
+        if self.args.remove_unused_columns:  # the data loader keeps the signature columns only (`_get_dataloader`)
+            self._set_signature_columns_if_needed()
         return DynamicSampler(
             self.train_dataset,
             self.reward_weights,
@@ -155,6 +157,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             max_rounds=self.args.dynamic_sampling_max_rounds,
             error_at_cap=self.args.dynamic_sampling_at_cap == "error",
             seed=self.args.seed,
+            columns=self._signature_columns if self.args.remove_unused_columns else None,
         )
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
@@ -201,7 +204,14 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         batch = step.collect(copy.deepcopy(prompts))
         agreement = step.agree(batch)
         if self.dynamic_sampler is not None and mode == "train":
-            refilled = step.refill(batch, agreement, self.dynamic_sampler, self._current_inputs, self._score_rows)
+            refilled = step.refill(
+                batch,
+                agreement,
+                self.dynamic_sampler,
+                self._current_inputs,
+                self._score_rows,
+                logged_metrics=lambda: bool(self._pending_metrics),
+            )
             agreement, self._precomputed_rewards = refilled.agreement, refilled.rewards_per_func
             prompts[:] = copy.deepcopy(batch.prompts)  # TRL scores and logs the caller's list: the replaced prompts
             for name, value in refilled.outcome.metrics().items():
@@ -233,10 +243,14 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         )
 
     def _score_rows(
-        self, prompts: list, rows: GeneratedRows, agreement: GroupAgreement, rows_to_score: Sequence[bool]
+        self, prompts: list, rows: GeneratedRows, agreement: GroupAgreement, rows_to_score: Sequence[bool] | None
     ) -> torch.Tensor:
-        """Dynamic sampling's scorer: TRL's reward functions on the kept rows marked in ``rows_to_score``
-        (``log_extra`` columns keep, for the other rows, the values of the round that scored them)."""
+        """Dynamic sampling's scorer: TRL's reward functions on the kept rows marked in ``rows_to_score`` (None: the
+        final scoring of every row, whose ``log_metric`` values replace the rounds'); ``log_extra`` columns keep, for
+        rows not scored this round, the values of the round that scored them."""
+        if rows_to_score is None:
+            rows_to_score = [True] * len(prompts)
+            self._pending_metrics.clear()
         self._row_keep = [k and s for k, s in zip(agreement.keep, rows_to_score, strict=True)]
         earlier = {column: list(values) for column, values in self._pending_extra_logs.items()}
         self._pending_extra_logs.clear()
@@ -276,6 +290,14 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: list) -> dict[str, Any]:
         self._current_inputs = inputs  # dynamic sampling replaces rows (prompt and columns together) in place
+        with metric_restriction.completion_logs_of_one_batch(self._logs) as restrict_completion_logs:
+            output = self._score_kept_rows(inputs)
+            if self._global_row_keep is not None and not bool(self._global_row_keep.all()):
+                restrict_completion_logs(self._global_row_keep.tolist())
+        return output
+
+    def _score_kept_rows(self, inputs: list) -> dict[str, Any]:
+        """TRL's generation and scoring, with the listwise advantages and TRL's metrics over kept rows only."""
         mode = "train" if self.model.training else "eval"
         metrics = self._metrics[mode]
         logged_before = {name: len(values) for name, values in metrics.items()}
@@ -298,7 +320,6 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                 )
             if self.use_vllm and self.vllm_importance_sampling_correction:
                 metric_restriction.restrict_sampling_metrics(metrics, output, self.accelerator.gather)
-        metric_restriction.restrict_completion_logs(self._logs, global_keep.tolist())
         return output
 
     def _listwise_advantages(self, output: dict[str, Any], mode: str) -> torch.Tensor:

@@ -143,3 +143,17 @@ def test_fsdp2_step_without_kept_rows_changes_no_weight_and_no_optimizer_state(f
 def test_fsdp2_process_without_kept_rows_leaves_stock_trls_update(fsdp2_runs, optimizer, loss_type):
     """I6 under FSDP2: process 1 drops all its groups; the update is stock TRL's on process 0's rows alone."""
     assert_stock_update(fsdp2_runs, optimizer, loss_type)
+
+
+def test_a_process_without_kept_rows_still_calls_a_collective_reward_function(tmp_path):
+    # Every process calls every reward function at every scoring, with no rows where it kept none: a judge sharded
+    # across processes (an all_reduce here) neither hangs nor mis-scores when process 1 dropped all its groups.
+    rank0, rank1 = _launch(tmp_path, probe="probe_collective_reward.py")
+    assert [call["rows"] for call in rank0["calls"]] == [8, 8]
+    assert rank1["calls"] == [{"rows": 0, "answer": [], "completion_ids": [], "all": 8}] * 2
+    assert all(call["all"] == 8 for call in rank0["calls"])
+    for batch in rank0["batches"]:
+        assert batch["global_keep"] == [True] * 8 + [False] * 8
+        for reward, text in zip(batch["rewards"][:8], batch["texts"], strict=True):
+            assert reward == pytest.approx(int(text[-1]) + 0.08)
+        assert all(reward != reward for reward in batch["rewards"][8:])  # dropped rows are unscorable (NaN)

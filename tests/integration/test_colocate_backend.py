@@ -186,3 +186,23 @@ def test_sleep_mode_needs_a_weight_sync():
         VLLMColocateBackend(
             SleepingLLM(model, tokenizer), tokenizer, sampling=SamplingSettings(max_tokens=4), sleep_mode=True
         )
+
+
+def test_a_user_seed_gives_retries_and_split_groups_distinct_completions():
+    # With generation_kwargs={"seed": s}, vLLM samples completion k of a request from seed s + k: sent as is, a retry
+    # for a group's deficit repeats its first completions, and the two processes' halves of a group are the same.
+    model, tokenizer = tiny_model_and_tokenizer()
+    engine = TinyLLM(model, tokenizer)
+
+    def backend(process_index: int) -> VLLMColocateBackend:
+        sampling = SamplingSettings(max_tokens=6, generation_kwargs={"seed": 3}, process_index=process_index)
+        return VLLMColocateBackend(engine, tokenizer, sampling=sampling)
+
+    first = backend(0)
+    (group,) = first.generate(["p1:"], [4])
+    (retried,) = first.generate(["p1:"], [2])
+    (other_half,) = backend(1).generate(["p1:"], [4])
+    ids = [tuple(completion.completion_ids) for completion in [*group, *retried, *other_half]]
+    assert len(set(ids)) == len(ids) == 10
+    (again,) = backend(0).generate(["p1:"], [4])  # the same seed, process and call: the same completions
+    assert [c.completion_ids for c in again] == [c.completion_ids for c in group]

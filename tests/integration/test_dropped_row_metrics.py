@@ -153,3 +153,24 @@ def test_trl_adaptive_entropy_control_ignores_batches_without_kept_rows(tmp_path
     with pytest.raises(NoUsableGenerationError):
         trainer.train()
     assert (trainer.entropy_coef, trainer._last_world_entropy) == before
+
+
+def test_completions_table_keeps_the_kept_rows_of_an_eval_batch_larger_than_the_table(tmp_path):
+    # TRL's table keeps the last generation_batch_size rows (4 here); the eval batch has 8: the second group, the
+    # table's last 4 rows, is dropped. What remains is the first group's 4 kept rows, not placeholders.
+    model, tokenizer = tiny_model_and_tokenizer()
+    trainer = MaxEntGRPOTrainer(
+        model=model,
+        reward_funcs=digit_reward,
+        args=tiny_config(tmp_path, per_device_eval_batch_size=8, generation_max_retries=0),
+        train_dataset=letter_dataset(8),
+        processing_class=tokenizer,
+        generation_backend=TaggedBackend(tokenizer, empty_positions=frozenset({1})),
+    )
+    assert trainer._logs["prompt"].maxlen == 4
+    trainer.evaluate(letter_dataset(2))
+    prompts, completions = list(trainer._logs["prompt"]), list(trainer._logs["completion"])
+    assert len(prompts) == len(completions) == len(trainer._logs["advantages"]) == 4
+    assert len(set(prompts)) == 1  # one whole group
+    assert all(completion.startswith(prompts[0].rstrip(":") + "|") for completion in completions)
+    assert all(reward == reward for reward in trainer._logs["rewards"]["digit_reward"])  # no NaN placeholder

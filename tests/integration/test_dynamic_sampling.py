@@ -148,3 +148,63 @@ def test_checkpoint_holds_both_states_and_old_listwise_files_still_load(tmp_path
     assert [e["maxent/tau"] for e in resumed.state.log_history if e["step"] == 2 and "maxent/tau" in e] == [0.37]
     after = json.loads((tmp_path / "checkpoint-2" / CONTROLLER_STATE_FILE).read_text())
     assert after["dynamic_sampler"] == {"generation_batches": 1}  # nothing to restore: counted from 0
+
+
+class ColumnRecorder(RewardRecorder):
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.trained_columns.append([sorted(row) for row in inputs])
+        return output
+
+
+def _constant_for_c_prompts(prompts, completions, **kwargs):
+    rows = zip(prompts, completions, strict=True)
+    return [0.0 if prompt.startswith("c") else float(completion[-1]) for prompt, completion in rows]
+
+
+def test_replacement_rows_have_the_columns_of_the_loader_rows(tmp_path):
+    # remove_unused_columns=True: the data loader's rows hold TRL's signature columns only ("prompt"), and so must the
+    # rows drawn to replace flat groups (a mix makes TRL's reward call fail on the missing column).
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = tiny_config(
+        tmp_path, per_device_train_batch_size=8, max_steps=3, dynamic_sampling=True, remove_unused_columns=True
+    )
+    trainer = ColumnRecorder(
+        model=model,
+        reward_funcs=_constant_for_c_prompts,
+        args=args,
+        train_dataset=_dataset(8, 8),
+        processing_class=tokenizer,
+        generation_backend=TaggedBackend(tokenizer),
+    )
+    trainer.trained_rewards, trainer.trained_prompts, trainer.trained_columns = [], [], []
+    trainer.train()
+    assert sum(_logged(trainer, "dynamic_sampling/rounds")) > 0  # rows were replaced
+    assert trainer.trained_columns == [[["prompt"]] * 8] * 3
+
+
+def _logs_the_share_of_varying_prompts(prompts, completions, log_metric, **kwargs):
+    log_metric("varying_share", sum(prompt.startswith("v") for prompt in prompts) / len(prompts))
+    return _constant_for_c_prompts(prompts, completions)
+
+
+def test_logged_metrics_describe_the_trained_rows_only(tmp_path):
+    # A value a reward function logs is a statistic of the rows it was called with: after refill rounds it must be
+    # the statistic of the rows that train, not an average over rounds that scored groups later filtered out.
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = tiny_config(
+        tmp_path, per_device_train_batch_size=8, max_steps=3, dynamic_sampling=True, dynamic_sampling_max_rounds=2
+    )
+    trainer = RewardRecorder(
+        model=model,
+        reward_funcs=_logs_the_share_of_varying_prompts,
+        args=args,
+        train_dataset=_dataset(8, 8),
+        processing_class=tokenizer,
+        generation_backend=TaggedBackend(tokenizer),
+    )
+    trainer.trained_rewards, trainer.trained_prompts = [], []
+    trainer.train()
+    assert sum(_logged(trainer, "dynamic_sampling/rounds")) > 0  # groups were refilled
+    expected = [sum(p.startswith("v") for p in prompts) / len(prompts) for prompts in trainer.trained_prompts]
+    assert _logged(trainer, "varying_share") == pytest.approx(expected)

@@ -43,6 +43,7 @@ SERVERS = {
     "trickle": ("--trickle-rate", "1.0", "--trickle-seconds", "0.02"),
     "trickle_headers": ("--trickle-rate", "1.0", "--trickle-seconds", "0.1", "--trickle-headers"),
     "logprobs": ("--null-logprobs-rate", "0.3", "--nan-logprobs-rate", "0.3", "--seed", "0"),
+    "corrupt_gzip": ("--corrupt-gzip-rate", "0.5", "--seed", "0"),
 }
 
 
@@ -225,6 +226,30 @@ def test_infrastructure_failures_are_retried_and_partial_results_kept(servers, t
     assert all("/v1/completions" in m and "after 2 attempt(s)" in m for m in failures)
     assert any("HTTP 500" in m for m in logged)
     assert any("ConnectionError" in m for m in logged)
+
+
+def test_a_body_that_cannot_be_decoded_is_an_infrastructure_failure_and_the_other_groups_are_kept(
+    servers, tokenizer, backend_logs
+):
+    # A corrupt content encoding (gzip that is not) broke the transfer, not the data: retried like a dropped
+    # connection, and a prompt that never gets a readable answer loses only its own group.
+    backend = make_backend(servers["corrupt_gzip"], tokenizer, max_attempts=2, max_concurrency=1)
+    prompts = [f"prompt {i}" for i in range(12)]
+
+    groups = backend.generate(prompts, [2] * len(prompts))
+
+    empty = [i for i, group in enumerate(groups) if not group]
+    assert 0 < len(empty) < len(prompts)
+    for prompt, group in zip(prompts, groups, strict=True):
+        assert len(group) in (0, 2)
+        for completion in group:
+            check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
+    stats = backend.stats
+    assert stats["infrastructure_failures"] == len(empty)
+    assert stats["retries"] > 0 and stats["requests"] == len(prompts) + stats["retries"]
+    assert stats["bad_data"] == 0
+    failures = [m for m in messages(backend_logs) if m.startswith("infrastructure failure")]
+    assert len(failures) == len(empty) and all("DecodeError" in m for m in failures)
 
 
 def test_short_groups_are_returned_as_is_and_logged_as_bad_data(servers, tokenizer, backend_logs):

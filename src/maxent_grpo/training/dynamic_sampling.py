@@ -11,13 +11,15 @@ Every process takes the same decisions: flat groups are found on the gathered re
 drawn from a generator seeded by (seed, generation batch, round), where the generation batch counts the sampler's
 refills (one per generation batch on every process, so several generation batches inside one optimizer step draw
 different prompts) and is saved with checkpoints. A replaced row's prompt and dataset columns travel together: the
-row's entry in TRL's `inputs` list is replaced in place, so reward functions see the new prompt's columns.
+row's entry in TRL's `inputs` list is replaced in place, so reward functions see the new prompt's columns. A
+replacement row has exactly the columns of the data loader's rows: with ``remove_unused_columns`` the Trainer keeps
+only its signature columns, and so does the sampler.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -93,6 +95,8 @@ class DynamicSampler:
         max_rounds: cap on extra generation rounds per step.
         error_at_cap: raise instead of training on what was collected when the cap is hit with groups left flat.
         seed: base seed of the replacement draws.
+        columns: the columns the data loader keeps (the Trainer's signature columns with ``remove_unused_columns``),
+            or None for every column of the data set.
     """
 
     #: Key of the sampler's state in the trainer's checkpoint file.
@@ -107,6 +111,7 @@ class DynamicSampler:
         max_rounds: int,
         error_at_cap: bool,
         seed: int,
+        columns: Collection[str] | None = None,
     ) -> None:
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise ValueError("dynamic_sampling needs a map-style training data set (it draws replacement prompts).")
@@ -120,7 +125,13 @@ class DynamicSampler:
         self.max_rounds = max_rounds
         self.error_at_cap = error_at_cap
         self.seed = seed
+        self.columns = None if columns is None else frozenset(columns)
         self.generation_batches = 0
+
+    def row(self, index: int) -> dict[str, Any]:
+        """The data set's row ``index`` as the data loader hands it out (its columns filtered alike)."""
+        row = self.dataset[index]
+        return {key: value for key, value in row.items() if self.columns is None or key in self.columns}
 
     def metric(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """[N] reward judging signal: one function's column, or the weighted sum (NaN when every function is NaN)."""
@@ -177,7 +188,7 @@ class DynamicSampler:
             )
             replaced_rows = []
             for group, dataset_index in zip(flat_groups, draws, strict=True):
-                row = dict(self.dataset[dataset_index])
+                row = self.row(dataset_index)
                 for global_row in range(group * group_size, (group + 1) * group_size):
                     local_row = global_row - row_offset
                     if 0 <= local_row < len(prompts):

@@ -7,7 +7,10 @@ completions table (``GRPOTrainer._logs``) and the rows' keep mask; none of them 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -93,12 +96,46 @@ def restrict_sampling_metrics(
         metrics[name][-1] = value.item()
 
 
-def restrict_completion_logs(logs: dict[str, Any], keep: list[bool]) -> None:
-    """Forget the placeholder rows of the batch just logged in TRL's completions table (its last ``len(keep)`` rows
-    of every column)."""
-    columns = [logs["prompt"], logs["completion"], logs["advantages"], logs["images"]]
-    columns += [*logs["rewards"].values(), *logs["extra"].values()]
-    for column in columns:
-        if len(column) >= len(keep):
-            tail = [column.pop() for _ in keep][::-1]
-            column.extend(value for value, kept in zip(tail, keep, strict=True) if kept)
+COLUMNS = ("prompt", "completion", "advantages", "images")
+GROUPS_OF_COLUMNS = ("rewards", "extra")
+
+
+@contextlib.contextmanager
+def completion_logs_of_one_batch(logs: dict[str, Any]) -> Iterator[Callable[[list[bool]], None]]:
+    """TRL's completions table while one batch is logged in it; yields ``keep_rows(keep)``, which forgets the
+    placeholder rows of that batch (``keep`` over its rows, all processes).
+
+    The table's columns are deques of at most ``generation_batch_size`` rows, and an eval batch can be larger: while
+    the batch is logged they hold all of it, so that the kept rows are chosen among every row of the batch, and the
+    earlier rows that remain are those the whole batch left (with TRL's own bound, a training batch replaces the
+    whole table); on leaving, each column is bounded again. A column the batch did not add to (images of a text
+    batch) is left as it is.
+    """
+    maxlen = logs["prompt"].maxlen
+    for name in COLUMNS:
+        logs[name] = deque(logs[name])
+    for name in GROUPS_OF_COLUMNS:
+        logs[name] = defaultdict(deque, {column: deque(values) for column, values in logs[name].items()})
+    lengths_before = {id(column): len(column) for column in _columns(logs)}
+
+    def keep_rows(keep: list[bool]) -> None:
+        for column in _columns(logs):
+            if len(column) - lengths_before.get(id(column), 0) == len(keep):
+                tail = [column.pop() for _ in keep][::-1]
+                while maxlen is not None and len(column) > max(maxlen - len(keep), 0):
+                    column.popleft()
+                column.extend(value for value, kept in zip(tail, keep, strict=True) if kept)
+
+    try:
+        yield keep_rows
+    finally:
+        for name in COLUMNS:
+            logs[name] = deque(logs[name], maxlen=maxlen)
+        for name in GROUPS_OF_COLUMNS:
+            bounded = defaultdict(partial(deque, maxlen=maxlen))
+            bounded.update({column: deque(values, maxlen=maxlen) for column, values in logs[name].items()})
+            logs[name] = bounded
+
+
+def _columns(logs: dict[str, Any]) -> list[deque]:
+    return [logs[name] for name in COLUMNS] + [column for name in GROUPS_OF_COLUMNS for column in logs[name].values()]

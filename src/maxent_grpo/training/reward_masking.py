@@ -4,6 +4,10 @@ TRL calls every reward function on every row of the batch. A dropped row is not 
 reward function is wrapped: it is called with the kept rows only (every per-row keyword argument sliced alike, and
 `log_extra` values scattered back to full rows) and reports `None` for the dropped ones, which TRL turns into NaN and
 treats as unscorable (no baseline contribution, advantage 0).
+
+Every process calls every reward function at every scoring, also a process that kept no row: it is then called with
+zero rows (``prompts``, ``completions``, ``completion_ids`` and every dataset column an empty list) and must return an
+empty list. A reward function may therefore run collectives across processes (a judge model sharded over them).
 """
 
 from __future__ import annotations
@@ -60,7 +64,8 @@ def _scatter(values: Sequence[Any], kept: list[int], num_rows: int) -> list[Any]
 
 
 def mask_dropped_rows(reward_func: Callable, keep: KeepProvider) -> Callable:
-    """Wrap ``reward_func`` so it never sees rows that ``keep()`` marks as dropped (sync and async functions)."""
+    """Wrap ``reward_func`` so it never sees rows that ``keep()`` marks as dropped (sync and async functions); it is
+    called even when no row is kept, with zero rows."""
 
     if is_async_callable(reward_func):
 
@@ -71,8 +76,6 @@ def mask_dropped_rows(reward_func: Callable, keep: KeepProvider) -> Callable:
                 return await reward_func(
                     prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs
                 )
-            if not kept:
-                return [None] * len(prompts)
             values = await reward_func(
                 prompts=[prompts[i] for i in kept],
                 completions=[completions[i] for i in kept],
@@ -88,8 +91,6 @@ def mask_dropped_rows(reward_func: Callable, keep: KeepProvider) -> Callable:
         kept = _split(keep(), len(prompts))
         if kept is None:
             return reward_func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
-        if not kept:
-            return [None] * len(prompts)
         values = reward_func(
             prompts=[prompts[i] for i in kept],
             completions=[completions[i] for i in kept],

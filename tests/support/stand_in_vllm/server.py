@@ -76,6 +76,7 @@ class Faults:
     trickle_rate: float = 0.0
     trickle_seconds: float = 0.0
     trickle_headers: bool = False
+    corrupt_gzip_rate: float = 0.0
     seed: int = 0
 
 
@@ -88,6 +89,7 @@ class RequestFaults:
     delay: bool
     short: bool
     trickle: bool
+    corrupt_gzip: bool
     rng: random.Random
     logprobs_rng: random.Random
 
@@ -337,6 +339,7 @@ class FaultyServer(ThreadingHTTPServer):
             short=short < self.faults.short_rate,
             # Generators of their own, so that switching these faults on leaves every other draw as it was.
             trickle=random.Random(f"trickle:{self.faults.seed}:{index}").random() < self.faults.trickle_rate,
+            corrupt_gzip=random.Random(f"gzip:{self.faults.seed}:{index}").random() < self.faults.corrupt_gzip_rate,
             rng=rng,
             logprobs_rng=random.Random(f"logprobs:{self.faults.seed}:{index}"),
         )
@@ -383,7 +386,7 @@ class Handler(BaseHTTPRequestHandler):
         except BadRequest as exc:
             self._send_error(exc.status, str(exc))
         else:
-            self._send_json(HTTPStatus.OK, answer, trickle=faults.trickle)
+            self._send_json(HTTPStatus.OK, answer, trickle=faults.trickle, corrupt_gzip=faults.corrupt_gzip)
 
     def _complete(self, body: Any, faults: RequestFaults) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -467,20 +470,29 @@ class Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------------------------------------ responses
 
     def _send(
-        self, status: HTTPStatus, payload: bytes, content_type: str = "application/json", trickle: bool = False
+        self,
+        status: HTTPStatus,
+        payload: bytes,
+        content_type: str = "application/json",
+        trickle: bool = False,
+        corrupt_gzip: bool = False,
     ) -> None:
         """Answer; with ``trickle``, the headers at once (or, with ``--trickle-headers``, one byte every
-        ``--trickle-seconds`` too) and then the body one byte every ``--trickle-seconds``."""
+        ``--trickle-seconds`` too) and then the body one byte every ``--trickle-seconds``; with ``corrupt_gzip``, the
+        body marked as gzip-encoded although it is not (a client cannot decode it)."""
         try:
             if trickle and self.server.faults.trickle_headers:
+                encoding = "Content-Encoding: gzip\r\n" if corrupt_gzip else ""
                 head = (
                     f"{self.protocol_version} {int(status)} {status.phrase}\r\nContent-Type: {content_type}\r\n"
-                    f"Content-Length: {len(payload)}\r\n\r\n"
+                    f"{encoding}Content-Length: {len(payload)}\r\n\r\n"
                 )
                 self._trickle(head.encode())
             else:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
+                if corrupt_gzip:
+                    self.send_header("Content-Encoding", "gzip")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
             if not trickle:
@@ -496,8 +508,10 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             time.sleep(self.server.faults.trickle_seconds)
 
-    def _send_json(self, status: HTTPStatus, payload: dict[str, Any], trickle: bool = False) -> None:
-        self._send(status, json.dumps(payload).encode(), trickle=trickle)
+    def _send_json(
+        self, status: HTTPStatus, payload: dict[str, Any], trickle: bool = False, corrupt_gzip: bool = False
+    ) -> None:
+        self._send(status, json.dumps(payload).encode(), trickle=trickle, corrupt_gzip=corrupt_gzip)
 
     def _send_error(self, status: HTTPStatus, message: str) -> None:
         error = {"message": message, "type": status.phrase.replace(" ", ""), "param": None, "code": int(status)}
@@ -604,6 +618,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="fraction of choices in which one sampled token's logprob is NaN (default: 0)",
     )
+    parser.add_argument(
+        "--corrupt-gzip-rate",
+        type=_rate,
+        default=0.0,
+        help="fraction of requests answered with a body marked gzip-encoded that is not\n(default: 0)",
+    )
     parser.add_argument("--num-threads", type=int, default=1, help="torch CPU threads (default: 1)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     return parser
@@ -625,6 +645,7 @@ def main(argv: list[str] | None = None) -> int:
         trickle_rate=args.trickle_rate,
         trickle_seconds=args.trickle_seconds,
         trickle_headers=args.trickle_headers,
+        corrupt_gzip_rate=args.corrupt_gzip_rate,
         seed=args.seed,
     )
     server = FaultyServer(("127.0.0.1", args.port), engine, faults, args.verbose)

@@ -34,17 +34,19 @@ def test_only_kept_rows_reach_the_function_and_results_scatter_back():
     assert logged == {"note": ["n-a", None, "n-c"]}
 
 
-def test_all_kept_passes_through_and_none_kept_never_calls():
+def test_all_kept_passes_through_and_none_kept_calls_with_zero_rows():
     calls = []
 
-    def reward(prompts, completions, completion_ids, **kwargs):
-        calls.append(prompts)
+    def reward(prompts, completions, completion_ids, answer, **kwargs):
+        calls.append((prompts, completions, completion_ids, answer))
         return [0.5] * len(prompts)
 
-    assert mask_dropped_rows(reward, lambda: None)(prompts=["a"], completions=["x"], completion_ids=[[1]]) == [0.5]
+    kept_all = mask_dropped_rows(reward, lambda: None)
+    assert kept_all(prompts=["a"], completions=["x"], completion_ids=[[1]], answer=["A"]) == [0.5]
     dropped_all = mask_dropped_rows(reward, lambda: [False, False])
-    assert dropped_all(prompts=["a", "b"], completions=["x", "y"], completion_ids=[[1], [2]]) == [None, None]
-    assert calls == [["a"]]
+    rows = {"prompts": ["a", "b"], "completions": ["x", "y"], "completion_ids": [[1], [2]], "answer": ["A", "B"]}
+    assert dropped_all(**rows) == [None, None]
+    assert calls == [(["a"], ["x"], [[1]], ["A"]), ([], [], [], [])]
 
 
 def test_async_reward_functions_stay_async():

@@ -49,7 +49,9 @@ class GroupAgreement:
 
 
 #: ``score(prompts, rows, agreement, rows_to_score) -> rewards_per_func`` [N, F] for the whole batch (a collective).
-RowScorer = Callable[[list[Any], GeneratedRows, GroupAgreement, Sequence[bool]], torch.Tensor]
+#: ``rows_to_score`` None is the final scoring of the whole batch: what reward functions log in it replaces what they
+#: logged in the refill rounds.
+RowScorer = Callable[[list[Any], GeneratedRows, GroupAgreement, Sequence[bool] | None], torch.Tensor]
 
 
 @dataclass
@@ -166,19 +168,25 @@ class GenerationStep:
         sampler: DynamicSampler,
         inputs: list[dict[str, Any]],
         score: RowScorer,
+        *,
+        logged_metrics: Callable[[], bool],
     ) -> RefillResult:
         """Dynamic sampling: replace groups without learning signal (prompts and ``inputs`` rows in place).
 
         Rows scored in an earlier round keep their rewards; rows of dropped groups score NaN. No refill round starts
-        once any process is past the step's deadline.
+        once any process is past the step's deadline. A metric a reward function logs (``log_metric``,
+        ``logged_metrics()`` True on some process) is a statistic of the rows of one call, so once a round has replaced
+        groups the final rows are scored once more, as a whole, and that scoring's rewards, columns and metrics are the
+        batch's.
         """
         current = agreement
         rewards: torch.Tensor | None = None
 
-        def score_rows(rows_to_score: Sequence[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+        def score_rows(rows_to_score: Sequence[bool] | None) -> tuple[torch.Tensor, torch.Tensor]:
             nonlocal rewards
             fresh = score(batch.prompts, self.assemble(batch, current), current, rows_to_score)
-            local = torch.tensor(list(rows_to_score), dtype=torch.bool, device=self.collectives.device)
+            scored_rows = [True] * len(batch.prompts) if rows_to_score is None else list(rows_to_score)
+            local = torch.tensor(scored_rows, dtype=torch.bool, device=self.collectives.device)
             scored = self.collectives.gather(local).to(fresh.device)
             merged = fresh if rewards is None else torch.where(scored.unsqueeze(1), fresh, rewards)
             merged[~current.global_keep.to(merged.device)] = torch.nan
@@ -201,6 +209,8 @@ class GenerationStep:
             regenerate=regenerate,
             out_of_time=None if self.deadline is None else self._out_of_time,
         )
+        if outcome.rounds and self.collectives.any(logged_metrics()):
+            score_rows(None)
         assert rewards is not None  # refill scores at least once
         return RefillResult(current, rewards, outcome)
 

@@ -24,13 +24,16 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-# Exceptions raised when the server could not be reached, the exchange broke off or ran out of time: worth retrying.
+# Exceptions raised when the server could not be reached, the exchange broke off or ran out of time, or the body
+# arrived in a form that cannot be decoded (a corrupt content encoding, damaged on its way): worth retrying.
 TRANSIENT_ERRORS = (
     requests.ConnectionError,
     requests.Timeout,
     requests.exceptions.ChunkedEncodingError,
+    requests.exceptions.ContentDecodingError,
     urllib3.exceptions.ReadTimeoutError,
     urllib3.exceptions.ProtocolError,
+    urllib3.exceptions.DecodeError,
 )
 
 _READ_BYTES = 1 << 16
@@ -113,8 +116,8 @@ def exchange(
 ) -> Answer:
     """Send one request and read its whole answer by ``deadline`` (a `time.monotonic` instant).
 
-    Raises one of `TRANSIENT_ERRORS` when the server cannot be reached, the exchange breaks off, or the answer is not
-    complete by the deadline (`requests.Timeout`).
+    Raises one of `TRANSIENT_ERRORS` when the server cannot be reached, the exchange breaks off, the body cannot be
+    decoded (`urllib3.exceptions.DecodeError`), or the answer is not complete by the deadline (`requests.Timeout`).
     """
     wait = _time_left(deadline)
     _current.deadline = deadline

@@ -53,6 +53,8 @@ class SamplingSettings:
         chat_template_kwargs: passed to the chat template of conversational prompts.
         structured_outputs_regex: a regular expression every completion must match (TRL's
             ``vllm_structured_outputs_regex``).
+        process_index: the training process whose backend samples; with a ``seed`` in ``generation_kwargs`` each
+            request gets its own seed derived from it and from this index (see `request_seeds`).
     """
 
     max_tokens: int
@@ -64,6 +66,7 @@ class SamplingSettings:
     generation_kwargs: dict[str, Any] = field(default_factory=dict)
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     structured_outputs_regex: str | None = None
+    process_index: int = 0
 
     def __post_init__(self) -> None:
         check_int("max_tokens", self.max_tokens, low=1)
@@ -72,6 +75,7 @@ class SamplingSettings:
         check_top_k(self.top_k)
         check_number("min_p", self.min_p, low=0.0, high=1.0)
         check_number("repetition_penalty", self.repetition_penalty, low=0.0, low_open=True)
+        check_int("process_index", self.process_index, low=0)
         # Frozen: the checked copies replace what was given (None becomes an empty dict).
         for name in ("generation_kwargs", "chat_template_kwargs"):
             object.__setattr__(self, name, _optional_dict(name, getattr(self, name)))
@@ -92,7 +96,14 @@ class SamplingSettings:
             generation_kwargs=trainer.args.generation_kwargs,
             chat_template_kwargs=trainer.chat_template_kwargs,
             structured_outputs_regex=trainer.args.vllm_structured_outputs_regex,
+            process_index=trainer.accelerator.process_index,
         )
+
+    @property
+    def seed(self) -> int | None:
+        """The user's sampling seed (``generation_kwargs["seed"]``), from which each request's seed is derived."""
+        seed = self.generation_kwargs.get("seed")
+        return None if seed is None else check_int("generation_kwargs['seed']", seed, low=-(2**63))
 
     @property
     def wants_logprobs(self) -> bool:

@@ -14,6 +14,7 @@ from transformers import PreTrainedTokenizerBase
 
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
 from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.backends.request_seeds import RequestSeeds
 from maxent_grpo.training.generation.backends.sampling import SamplingSettings
 
 logger = logging.getLogger(__name__)
@@ -25,13 +26,16 @@ class LLMEngine(Protocol):
     def generate(self, prompts: list[dict[str, Any]], sampling_params: Any, use_tqdm: bool = ...) -> list[Any]: ...
 
 
-def _to_engine_params(settings: SamplingSettings, n: int) -> Any:
+def _to_engine_params(settings: SamplingSettings, n: int, seed: int | None) -> Any:
     """Real `vllm.SamplingParams` when vLLM is importable, else a namespace with the same fields (for test engines).
 
     As in TRL's `VLLMGeneration`, ``structured_outputs_regex`` becomes ``structured_outputs`` (taking precedence over
-    one in ``extra``), and a ``structured_outputs`` dict becomes vLLM's `StructuredOutputsParams`.
+    one in ``extra``), and a ``structured_outputs`` dict becomes vLLM's `StructuredOutputsParams`. ``seed`` (the
+    request's own, see `request_seeds`) replaces the user's.
     """
     fields = {"n": n, "logprobs": 0, **settings.sampling_fields(), **settings.generation_kwargs}
+    if seed is not None:
+        fields["seed"] = seed
     if settings.structured_outputs_regex is not None:
         fields["structured_outputs"] = {"regex": settings.structured_outputs_regex}
     if importlib.util.find_spec("vllm") is None:
@@ -74,6 +78,9 @@ class VLLMColocateBackend:
     returned with ``failed=True`` (it counts as missing and is retried) and logged as ``bad data``; a single token
     without a logprob gets NaN, which TRL leaves out of its importance-sampling correction.
 
+    With a ``seed`` in ``generation_kwargs``, each request gets its own seed derived from it (`request_seeds`), so
+    that a retry or the other process's half of a group does not repeat completions.
+
     ``structured_outputs_regex`` (TRL's ``vllm_structured_outputs_regex``) constrains every completion to match it,
     passed to the engine as TRL does.
 
@@ -114,6 +121,7 @@ class VLLMColocateBackend:
         self.sleep_mode = sleep_mode
         self.max_model_len = max_model_len
         self._weights_discarded = sleep_mode  # TRL puts a sleep-mode engine to sleep (level 2) once it is built
+        self._seeds = RequestSeeds(sampling.seed, sampling.process_index)
 
     def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
         if not self.sleep_mode:
@@ -134,6 +142,7 @@ class VLLMColocateBackend:
     def _generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
         groups: list[list[Completion]] = [[] for _ in prompts]
         asked = [i for i, count in enumerate(counts) if count > 0]
+        seeds = dict(zip(asked, self._seeds.next_call(len(asked)), strict=True))
         if not asked:
             return groups
         encoded = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.sampling.chat_template_kwargs)
@@ -142,7 +151,7 @@ class VLLMColocateBackend:
             return groups
         asked = [i for i, _ in fitting]
         requests = [{"prompt_token_ids": ids} for _, ids in fitting]
-        params = [_to_engine_params(self.sampling, counts[i]) for i in asked]
+        params = [_to_engine_params(self.sampling, counts[i], seeds[i]) for i in asked]
         outputs = self.engine.generate(requests, sampling_params=params, use_tqdm=False)
         for index, output in zip(asked, outputs, strict=True):
             used_prompt_ids = [int(t) for t in output.prompt_token_ids]

@@ -15,8 +15,8 @@ is one), owns its retry policy and keeps partial results. Failures fall in four 
 logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
 
 - ``infrastructure failure``: connection refused or dropped, timeout, HTTP 5xx, 408 (request timeout) or 429 (too many
-  requests). Retried with jittered exponential backoff up to ``max_attempts``; then that prompt's group comes back
-  empty and the others are still returned.
+  requests), a body that cannot be decoded (a corrupt content encoding). Retried with jittered exponential backoff up
+  to ``max_attempts``; then that prompt's group comes back empty and the others are still returned.
 - ``bad data``: the server answered, but with fewer choices than asked ("short group"), empty completions, token ids
   outside the tokenizer's vocabulary, malformed logprobs, or no logprobs although they were asked for. Unusable
   completions are returned with ``failed=True``. A single token whose logprob is null or NaN is not bad data: it keeps
@@ -60,6 +60,7 @@ from maxent_grpo.training.generation.backends.http_deadline import (
 )
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
 from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.backends.request_seeds import RequestSeeds
 from maxent_grpo.training.generation.backends.sampling import SamplingSettings, check_int, check_number
 from maxent_grpo.training.generation.backends.server_weight_sync import ServerWeightSync, WeightSource, parameters
 from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
@@ -285,6 +286,7 @@ class VLLMServerBackend:
                 count=self._count,
             )
         )
+        self._seeds = RequestSeeds(sampling.seed, sampling.process_index)
 
     # ----------------------------------------------------------------------------------------------------- public
 
@@ -297,6 +299,7 @@ class VLLMServerBackend:
         groups: list[list[Completion]] = [[] for _ in prompts]
         asked = [i for i, count in enumerate(counts) if count > 0]
         weights = self._weights
+        seeds = self._seeds.next_call(len(asked))
         if not asked:
             if weights is not None and weights.pusher and self._time_left() > 0:
                 weights.ensure()  # another process may be waiting for this one to push
@@ -320,8 +323,8 @@ class VLLMServerBackend:
             return groups
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(asked))) as executor:
             futures = [
-                executor.submit(self._generate_group, model, ids, counts[i])
-                for i, ids in zip(asked, prompt_ids, strict=True)
+                executor.submit(self._generate_group, model, ids, counts[i], seed)
+                for i, ids, seed in zip(asked, prompt_ids, seeds, strict=True)
             ]
             for i, future in zip(asked, futures, strict=True):
                 groups[i] = self._result_or_cancel(future, futures)
@@ -514,7 +517,7 @@ class VLLMServerBackend:
 
     # ----------------------------------------------------------------------------------------------------- parsing
 
-    def _generate_group(self, model: str, prompt_ids: list[int], count: int) -> list[Completion]:
+    def _generate_group(self, model: str, prompt_ids: list[int], count: int, seed: int | None) -> list[Completion]:
         payload = {
             "model": model,
             "prompt": prompt_ids,
@@ -525,6 +528,7 @@ class VLLMServerBackend:
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
             **self.sampling.generation_kwargs,
+            **({} if seed is None else {"seed": seed}),
         }
         where = f"POST {self.base_url}{_COMPLETIONS_PATH}"
         key = tuple(prompt_ids)
