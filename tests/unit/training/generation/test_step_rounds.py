@@ -223,7 +223,7 @@ def test_refill_rounds_stop_once_the_step_budget_is_spent():
     def equal_rewards(prompts, rows, agreement, rows_to_score):  # no group has any learning signal
         return torch.zeros(len(rows.keep), 1)
 
-    refilled = step.refill(batch, step.agree(batch), sampler, inputs, equal_rewards)
+    refilled = step.refill(batch, step.agree(batch), sampler, inputs, equal_rewards, logged_metrics=lambda: False)
 
     assert refilled.outcome.rounds == 0 and refilled.outcome.generated_groups == 2  # the first batch only
     assert backend.calls == [[2, 2]]  # the first call only: no refill round started past the deadline
