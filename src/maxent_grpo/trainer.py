@@ -36,7 +36,7 @@ from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, sel
 from maxent_grpo.training.optimizer_window import WindowPlan, WindowPlanner, step_engine_owned_scheduler
 from maxent_grpo.training.reference_model import built_in_process, reference_from_policy
 from maxent_grpo.training.reward_contract import checked
-from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning
+from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning, unscore_dropped_rows
 
 __all__ = ["MaxEntGRPOTrainer", "NoUsableGenerationError"]
 
@@ -231,10 +231,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._empty_batches.record(
             training=mode == "train", kept_any=kept_any, num_groups=len(agreement.group_kept), reasons=batch.reasons
         )
-        # Rows of dropped groups reach TRL's loss masked out through its tool mask (then cut out, `kept_rows`).
-        keep_mask = [[int(k)] * len(ids) for k, ids in zip(rows.keep, rows.completion_ids, strict=True)]
-        tool_mask = None if all(rows.keep) else keep_mask
         completions = self._format_completions(batch.prompts, rows)
+        tool_mask = rows.keep_as_tool_mask()
         return rows.prompt_ids, rows.completion_ids, tool_mask, completions, rows.logprobs, {}, None, []
 
     def _format_completions(self, prompts: Sequence[Any], rows: GeneratedRows) -> list:
@@ -276,15 +274,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         else:
             with silence_unscorable_warning():
                 rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-            keep = keep.to(rewards_per_func.device)
-            unscorable_kept = torch.isnan(rewards_per_func).all(dim=1) & keep
-            if bool(unscorable_kept.any()):
-                logger.warning(
-                    "Every reward function returned None for %d kept completions; they are treated as unscorable.",
-                    int(unscorable_kept.sum()),
-                )
-            # Reward models (nn.Module) score every row; a dropped row is not data, whatever they returned.
-            rewards_per_func[~keep] = torch.nan
+            unscore_dropped_rows(rewards_per_func, keep)
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
@@ -306,20 +296,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         output[ROW_KEEP_KEY] = torch.tensor(self._row_keep, dtype=torch.bool, device=self.accelerator.device)
         if self.listwise is not None:
             output["advantages"] = self._listwise_advantages(output, mode)
-        if global_keep is None or bool(global_keep.all()):
-            return output
-        if not bool(global_keep.any()):
-            metric_restriction.forget_unkept_batch(metrics, logged_before)
-        else:
+        if global_keep is not None and not bool(global_keep.all()):
             group_size = self.num_generations if mode == "train" else self.num_generations_eval
-            per_group = self.multi_objective_aggregation == "sum_then_normalize" and self.scale_rewards != "batch"
-            if per_group and group_size >= 2:
-                rewards = self._last_rewards_per_func
-                metric_restriction.restrict_zero_std_fraction(
-                    metrics, rewards, self.reward_weights, global_keep, group_size
-                )
-            if self.use_vllm and self.vllm_importance_sampling_correction:
-                metric_restriction.restrict_sampling_metrics(metrics, output, self.accelerator.gather)
+            metric_restriction.restrict_batch_metrics(metrics, logged_before, output, global_keep, self, group_size)
         return output
 
     def _listwise_advantages(self, output: dict[str, Any], mode: str) -> torch.Tensor:
@@ -351,11 +330,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self.beta = step.beta
         for name, value in step.metrics.items():
             self._metrics[mode][name].append(value)
-        # The completions table shows the advantages that train: replace the GRPO ones TRL just logged.
-        logged = self._logs["advantages"]
-        for _ in range(min(len(step.all_advantages), len(logged))):
-            logged.pop()
-        logged.extend(step.all_advantages.tolist())
+        metric_restriction.replace_logged_advantages(self._logs, step.all_advantages.tolist())
         return step.advantages
 
     # ------------------------------------------------------------------------------------- optimizer windows
@@ -413,8 +388,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------------------------------------- loss
     def _compute_loss(self, model, inputs):
-        """TRL's loss on the kept rows of this micro-batch only (see `training.kept_rows`), times the window's factor
-        (see `training.optimizer_window`)."""
+        """TRL's loss on this micro-batch's kept rows only (`kept_rows`), times the window's factor (`optimizer_window`)."""
         if self._in_empty_window:  # no process holds data: no forward (and, see `training_step`, no backward)
             return torch.zeros((), device=self.accelerator.device)
         mode = "train" if self.model.training else "eval"

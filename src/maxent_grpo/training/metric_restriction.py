@@ -139,3 +139,34 @@ def completion_logs_of_one_batch(logs: dict[str, Any]) -> Iterator[Callable[[lis
 
 def _columns(logs: dict[str, Any]) -> list[deque]:
     return [logs[name] for name in COLUMNS] + [column for name in GROUPS_OF_COLUMNS for column in logs[name].values()]
+
+
+def restrict_batch_metrics(
+    metrics: Metrics,
+    logged_before: Mapping[str, int],
+    output: dict[str, Any],
+    global_keep: torch.Tensor,
+    trainer: Any,
+    group_size: int,
+) -> None:
+    """TRL's metrics of the batch a `GRPOTrainer` just scored, over its kept rows (``global_keep``, [N]) only: absent
+    when none is kept, else `frac_reward_zero_std` over kept groups (TRL's per-group scaling) and, with TRL's
+    importance-sampling correction, its `sampling/*` statistics (a collective)."""
+    if not bool(global_keep.any()):
+        forget_unkept_batch(metrics, logged_before)
+        return
+    per_group = trainer.multi_objective_aggregation == "sum_then_normalize" and trainer.scale_rewards != "batch"
+    if per_group and group_size >= 2:
+        rewards = trainer._last_rewards_per_func
+        restrict_zero_std_fraction(metrics, rewards, trainer.reward_weights, global_keep, group_size)
+    if trainer.use_vllm and trainer.vllm_importance_sampling_correction:
+        restrict_sampling_metrics(metrics, output, trainer.accelerator.gather)
+
+
+def replace_logged_advantages(logs: dict[str, Any], advantages: list[float]) -> None:
+    """Make the completions table show the advantages that train (the listwise ones) instead of the GRPO ones TRL
+    logged for the batch's last ``len(advantages)`` rows."""
+    logged = logs["advantages"]
+    for _ in range(min(len(advantages), len(logged))):
+        logged.pop()
+    logged.extend(advantages)

@@ -18,7 +18,10 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import torch
 from trl.trainer.utils import is_async_callable
+
+logger = logging.getLogger(__name__)
 
 KeepProvider = Callable[[], Sequence[bool] | None]
 
@@ -119,3 +122,17 @@ def silence_unscorable_warning() -> Iterator[None]:
         yield
     finally:
         trl_logger.removeFilter(row_filter)
+
+
+def unscore_dropped_rows(rewards_per_func: torch.Tensor, keep: torch.Tensor) -> None:
+    """Set the rewards of dropped rows (``keep`` False, [N]) to NaN in place: reward models (``nn.Module``) score
+    every row, and a dropped row is not data whatever they returned. A warning counts the kept rows that every reward
+    function left unscored (None)."""
+    keep = keep.to(rewards_per_func.device)
+    unscorable_kept = torch.isnan(rewards_per_func).all(dim=1) & keep
+    if bool(unscorable_kept.any()):
+        logger.warning(
+            "Every reward function returned None for %d kept completions; they are treated as unscorable.",
+            int(unscorable_kept.sum()),
+        )
+    rewards_per_func[~keep] = torch.nan

@@ -48,6 +48,13 @@ class GeneratedRows:
     logprobs: list[list[float]] | None
     keep: list[bool]
 
+    def keep_as_tool_mask(self) -> list[list[int]] | None:
+        """The keep mask per completion token, [B][C_i], as TRL's ``tool_mask`` (None when every row is kept): rows of
+        dropped groups reach TRL's loss masked out, and are then cut out of it (`training.kept_rows`)."""
+        if all(self.keep):
+            return None
+        return [[int(kept)] * len(ids) for kept, ids in zip(self.keep, self.completion_ids, strict=True)]
+
 
 def assemble_rows(
     runs: Sequence[range],
