@@ -388,7 +388,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------------------------------------- loss
     def _compute_loss(self, model, inputs):
-        """TRL's loss on the micro-batch's kept rows only (`kept_rows`), times its window's factor (`optimizer_window`)."""
+        """TRL's loss on the micro-batch's kept rows (`kept_rows`), times its window's factor (`optimizer_window`)."""
         if self._in_empty_window:  # no process holds data: no forward (and, see `training_step`, no backward)
             return torch.zeros((), device=self.accelerator.device)
         mode = "train" if self.model.training else "eval"
