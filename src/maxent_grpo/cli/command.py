@@ -43,8 +43,8 @@ def _train(argv: Sequence[str]) -> int:
     from datasets import Dataset
     from transformers.trainer_callback import ProgressCallback
 
-    from maxent_grpo.cli import run_checks
-    from maxent_grpo.cli import script_args as inputs
+    import maxent_grpo.cli.run_checks as run_checks
+    import maxent_grpo.cli.script_args as inputs
     from maxent_grpo.cli.checkpoint_checks import check_checkpoint
     from maxent_grpo.cli.data_file_checks import dataset_read_errors
     from maxent_grpo.cli.line_progress import LineProgressCallback, silence_library_progress_bars
@@ -103,7 +103,7 @@ def _load_rewards(script_args: TrainScriptArguments) -> list:
 
 
 def _load_dataset(script_args: TrainScriptArguments):
-    from maxent_grpo.cli import script_args as inputs
+    import maxent_grpo.cli.script_args as inputs
     from maxent_grpo.cli.data_file_checks import check_data_file, dataset_read_errors
     from maxent_grpo.cli.hub_access import check_source
 
@@ -116,7 +116,7 @@ def _load_dataset(script_args: TrainScriptArguments):
 
 
 def _load_model(model_args: ModelConfig, config: MaxEntGRPOConfig) -> dict[str, Any]:
-    from maxent_grpo.cli import script_args as inputs
+    import maxent_grpo.cli.script_args as inputs
     from maxent_grpo.cli.hub_access import check_model_source
 
     if model_args.model_name_or_path != inputs.TINY_MODEL:
@@ -265,7 +265,7 @@ def _bench(argv: Sequence[str]) -> int:
 
 
 def _config_reference(argv: Sequence[str]) -> int:
-    from maxent_grpo.cli import config_reference
+    import maxent_grpo.cli.config_reference as config_reference
 
     parser = _ArgumentParser(
         prog=f"{PROG} config-reference",
@@ -287,7 +287,7 @@ def _config_reference(argv: Sequence[str]) -> int:
 
 
 def _vllm_serve(argv: Sequence[str]) -> int:
-    from maxent_grpo.cli import vllm_serve
+    import maxent_grpo.cli.vllm_serve as vllm_serve
 
     options, vllm_args = vllm_serve.parser(f"{PROG} vllm-serve", _ArgumentParser).parse_known_args(argv)
     code, problem = vllm_serve.run(options, vllm_args)

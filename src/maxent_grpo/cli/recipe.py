@@ -176,7 +176,7 @@ def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntG
         UsageError: missing or malformed recipe, unknown field, value of the wrong type, or a value the config
             rejects (its `ValueError` names the field).
     """
-    from maxent_grpo.cli import script_args as inputs
+    import maxent_grpo.cli.script_args as inputs
 
     parser = RecipeParser()
     args = list(argv)
