@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shlex
+import subprocess
+
 from maxent_grpo.cli import main
 from maxent_grpo.cli.config_reference import COMMAND, END_MARKER, START_MARKER, current_block, render_config_reference
-from tests.e2e.cli_runner import ROOT
+from tests.e2e.cli_runner import ROOT, executable
 
 
 def test_readme_configuration_reference_is_up_to_date():
@@ -41,3 +44,11 @@ def test_write_without_markers_is_bad_input(tmp_path, capsys):
     assert main(["config-reference", "--write", str(readme)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and START_MARKER in err
+
+
+def test_a_reader_that_stops_early_ends_the_command_without_a_traceback():
+    # `maxent-grpo config-reference | true`: the reader is gone before the reference is written (`| head` in a race).
+    command = f"{shlex.quote(executable('maxent-grpo'))} config-reference | true"
+    result = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 141  # the shell's code for a command ended by a closed pipe
+    assert "Traceback" not in result.stderr, result.stderr

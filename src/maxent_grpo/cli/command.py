@@ -339,3 +339,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # before training started, or in another command
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): nothing left to say, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
