@@ -85,6 +85,10 @@ def test_server_mode_on_a_cpu_trainer_samples_from_the_current_weights_at_every_
     print(f"max |server - trained| per call {probe.to_current}; |server - initial| {probe.to_initial}")
     assert trainer.state.global_step == 4
     assert backend.stats["weight_pushes"] == 4  # one version per step, each loaded before the step generated
+    logged = [
+        entry["generation/weight_pushes"] for entry in trainer.state.log_history if "generation/weight_pushes" in entry
+    ]
+    assert sum(logged) == 4 and len(logged) == 4  # and each step's push is in its logs
     assert len(probe.to_current) >= 4 and max(probe.to_current) < 1e-3
     assert min(probe.to_initial[1:]) > 1e-2  # the model moved from step 2 on, and the server with it
     weights = sorted(p.name for p in (tmp_path / "weights").iterdir())

@@ -30,6 +30,10 @@ from maxent_grpo.training.generation.helpers import determine_retry_limit
 from maxent_grpo.training.generation.local_batch import LocalBatch
 from maxent_grpo.training.generation.rows import GeneratedRows, assemble_rows, local_runs
 
+#: A backend's counters of weight syncs and of completions from weights older than the trainer's, logged per step
+#: under ``generation/<key>`` when the backend keeps them in its ``stats`` (summed over processes).
+WEIGHT_STAT_KEYS = ("weight_pushes", "weight_resyncs", "stale_completions")
+
 
 @dataclass(frozen=True)
 class GroupAgreement:
@@ -99,6 +103,7 @@ class GenerationStep:
         self.placeholder_prompt_id = placeholder_prompt_id
         self.placeholder_completion_id = placeholder_completion_id
         self.deadline = None if step_timeout is None else time.monotonic() + step_timeout
+        self._backend_counts = self._weight_counts()
 
     def collect(self, prompts: list[Any]) -> LocalBatch:
         """First call plus retries for this process's rows (TRL's layout: G consecutive rows per prompt)."""
@@ -219,13 +224,24 @@ class GenerationStep:
         assert self.deadline is not None
         return self.collectives.any(time.monotonic() >= self.deadline)
 
+    def _weight_counts(self) -> dict[str, int] | None:
+        """The backend's weight-sync counters (`WEIGHT_STAT_KEYS`), when it keeps them (the vLLM server backend)."""
+        stats = getattr(self.backend, "stats", None)
+        if not isinstance(stats, dict) or not all(key in stats for key in WEIGHT_STAT_KEYS):
+            return None
+        return {key: int(stats[key]) for key in WEIGHT_STAT_KEYS}
+
     def metrics(self, batch: LocalBatch, agreement: GroupAgreement, stop_ids: Sequence[int]) -> StepMetrics:
         """Robustness counters summed over processes, and completion statistics over kept rows only."""
         collectives = self.collectives
         counts = [batch.stats[key] for key in STAT_KEYS]
+        before, after = self._backend_counts, self._weight_counts()
+        weight_keys = WEIGHT_STAT_KEYS if before is not None and after is not None else ()
+        counts += [after[key] - before[key] for key in weight_keys]
+        keys = (*STAT_KEYS, *weight_keys)
         local_stats = torch.tensor(counts, dtype=torch.long, device=collectives.device)
-        all_stats = collectives.gather(local_stats).view(-1, len(STAT_KEYS))
-        summed = dict(zip(STAT_KEYS, all_stats.sum(dim=0).tolist(), strict=True))
+        all_stats = collectives.gather(local_stats).view(-1, len(keys))
+        summed = dict(zip(keys, all_stats.sum(dim=0).tolist(), strict=True))
         values = {
             "generation/dropped_prompts": float((~agreement.group_kept).sum().item()),
             "generation/retried_prompts": float(summed["retried_prompts"]),
@@ -233,6 +249,7 @@ class GenerationStep:
             "generation/invalid_completions": float(summed["invalid_completions"]),
             "generation/backend_errors": float(summed["backend_errors"]),
         }
+        values |= {f"generation/{key}": float(summed[key]) for key in weight_keys}
         kept = agreement.table[agreement.global_keep]
         if kept.numel() == 0:
             return StepMetrics(values, kept_tokens=0)
