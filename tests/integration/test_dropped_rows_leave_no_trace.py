@@ -118,12 +118,13 @@ def _train(
     empty_calls=frozenset(),
     max_steps=1,
     model_path=None,
+    backend_class=TaggedBackend,
     **extra,
 ):
     model, tokenizer = tiny_model_and_tokenizer()
     if model_path is not None:  # a reference model (beta > 0) is loaded by name
         model = str(model_path)
-    backend = TaggedBackend(tokenizer, empty_prompts=dropped, empty_positions=empty_positions, empty_calls=empty_calls)
+    backend = backend_class(tokenizer, empty_prompts=dropped, empty_positions=empty_positions, empty_calls=empty_calls)
     overrides = {
         "loss_type": loss_type,
         "per_device_train_batch_size": ROWS_PER_DEVICE,
@@ -466,23 +467,14 @@ class TruncatingBackend(TaggedBackend):
 @pytest.mark.parametrize("loss_type", ["dapo", "cispo", "vespo", "grpo"])
 def test_a_window_of_masked_truncated_completions_trains_on_nothing_without_failing(tmp_path, loss_type):
     # Kept rows, but `mask_truncated_completions` masks every token: TRL's token count is 0 for the whole window.
-    model, tokenizer = tiny_model_and_tokenizer()
-    trainer = RecordingTrainer(
-        model=model,
-        reward_funcs=digit_reward,
-        args=tiny_config(
-            tmp_path,
-            loss_type=loss_type,
-            per_device_train_batch_size=ROWS_PER_DEVICE,
-            max_steps=1,
-            mask_truncated_completions=True,
-            max_grad_norm=0.0,
-        ),
-        train_dataset=letter_dataset(NUM_PROMPTS),
-        processing_class=tokenizer,
-        generation_backend=TruncatingBackend(tokenizer),
+    trainer = _train(
+        tmp_path,
+        loss_type=loss_type,
+        steps_per_generation=1,
+        gradient_accumulation_steps=1,
+        mask_truncated_completions=True,
+        backend_class=TruncatingBackend,
     )
-    trainer.train()
     (window,) = trainer.windows
     assert all(bool(mb["num_items_in_batch"] == 0) for mb in window["micro_batches"])
     assert all(math.isfinite(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry)
@@ -500,25 +492,16 @@ class SlowBackend(TaggedBackend):
 
 def test_step_time_includes_the_window_generation_and_empty_windows_log_it_too(tmp_path):
     # The window's generation batches run at its first micro-batch, inside TRL's step timer; the second window's
-    # generation call is dropped whole, so that step trains on nothing but still takes (and logs) its time.
-    model, tokenizer = tiny_model_and_tokenizer()
-    trainer = RecordingTrainer(
-        model=model,
-        reward_funcs=digit_reward,
-        args=tiny_config(
-            tmp_path,
-            per_device_train_batch_size=ROWS_PER_DEVICE,
-            steps_per_generation=1,
-            gradient_accumulation_steps=2,
-            max_steps=2,
-            generation_max_retries=0,
-            generation_max_consecutive_empty_batches=5,
-        ),
-        train_dataset=letter_dataset(NUM_PROMPTS),
-        processing_class=tokenizer,
-        generation_backend=SlowBackend(tokenizer, empty_calls=frozenset({2, 3})),
+    # generation calls are dropped whole, so that step trains on nothing but still takes (and logs) its time.
+    trainer = _train(
+        tmp_path,
+        loss_type="dapo",
+        steps_per_generation=1,
+        gradient_accumulation_steps=2,
+        max_steps=2,
+        empty_calls=frozenset({2, 3}),
+        backend_class=SlowBackend,
     )
-    trainer.train()
     step_times = [entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry]
     assert len(step_times) == 2
     assert all(seconds >= 2 * SlowBackend.seconds for seconds in step_times), step_times  # two calls per window
