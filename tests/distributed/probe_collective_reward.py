@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.cli.command import _end_training
-from tests.support.tagged_backend import TaggedBackend
+from tests.support.tagged_backend import rank_one_drops
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
 
@@ -67,8 +67,7 @@ def main() -> None:
         generation_backend=None,
     )
     rank = trainer.accelerator.process_index
-    empty = frozenset({0, 1}) if rank == 1 else frozenset()
-    trainer.generation_backend = TaggedBackend(tokenizer, empty_positions=empty, seed=rank)
+    trainer.generation_backend = rank_one_drops(tokenizer, rank)
     trainer.recorded = []
     trainer.train()
     out = {"rank": rank, "calls": reward.calls, "batches": trainer.recorded}

@@ -19,7 +19,7 @@ from trl import GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.cli.command import _end_training
-from tests.support.tagged_backend import TaggedBackend
+from tests.support.tagged_backend import rank_one_drops
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
 
@@ -63,8 +63,7 @@ def main() -> None:
         generation_backend=None,
     )
     rank = trainer.accelerator.process_index
-    empty = frozenset({0, 1}) if rank == 1 else frozenset()
-    trainer.generation_backend = TaggedBackend(tokenizer, empty_positions=empty, seed=rank)
+    trainer.generation_backend = rank_one_drops(tokenizer, rank)
     trainer.train()
     out: dict = {"rank": rank, "kept": int(trainer.micro_batch["row_keep"].sum())}
     if rank == 0:

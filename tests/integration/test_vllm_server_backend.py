@@ -203,18 +203,23 @@ def test_structured_outputs_in_generation_kwargs_override_the_regex_as_in_trl(se
 # ------------------------------------------------------------------------------------------------------ faults
 
 
-def test_infrastructure_failures_are_retried_and_partial_results_kept(servers, tokenizer, backend_logs):
-    backend = make_backend(servers["failing"], tokenizer, max_attempts=2, max_concurrency=1)
-    prompts = [f"prompt {i}" for i in range(12)]
-
+def _lost_groups(backend: VLLMServerBackend, prompts: list[str], tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Ask for two completions per prompt; some prompts, not all, come back empty, the others whole and correct."""
     groups = backend.generate(prompts, [2] * len(prompts))
-
     empty = [i for i, group in enumerate(groups) if not group]
     assert 0 < len(empty) < len(prompts)
     for prompt, group in zip(prompts, groups, strict=True):
         assert len(group) in (0, 2)
         for completion in group:
             check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
+    return empty
+
+
+def test_infrastructure_failures_are_retried_and_partial_results_kept(servers, tokenizer, backend_logs):
+    backend = make_backend(servers["failing"], tokenizer, max_attempts=2, max_concurrency=1)
+    prompts = [f"prompt {i}" for i in range(12)]
+
+    empty = _lost_groups(backend, prompts, tokenizer)
     stats = backend.stats
     assert stats["infrastructure_failures"] == len(empty)
     assert stats["retries"] > 0
@@ -236,14 +241,7 @@ def test_a_body_that_cannot_be_decoded_is_an_infrastructure_failure_and_the_othe
     backend = make_backend(servers["corrupt_gzip"], tokenizer, max_attempts=2, max_concurrency=1)
     prompts = [f"prompt {i}" for i in range(12)]
 
-    groups = backend.generate(prompts, [2] * len(prompts))
-
-    empty = [i for i, group in enumerate(groups) if not group]
-    assert 0 < len(empty) < len(prompts)
-    for prompt, group in zip(prompts, groups, strict=True):
-        assert len(group) in (0, 2)
-        for completion in group:
-            check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
+    empty = _lost_groups(backend, prompts, tokenizer)
     stats = backend.stats
     assert stats["infrastructure_failures"] == len(empty)
     assert stats["retries"] > 0 and stats["requests"] == len(prompts) + stats["retries"]

@@ -77,3 +77,8 @@ class TaggedBackend:
                 group.append(self._completion(prompt))
             groups.append(group)
         return groups
+
+
+def rank_one_drops(tokenizer: PreTrainedTokenizerBase, rank: int) -> TaggedBackend:
+    """The two-process probes' backend: process 1 gets its first two groups back empty, process 0 none."""
+    return TaggedBackend(tokenizer, empty_positions=frozenset({0, 1}) if rank == 1 else frozenset(), seed=rank)
