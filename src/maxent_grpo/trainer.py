@@ -37,6 +37,7 @@ from maxent_grpo.training.optimizer_window import WindowPlan, WindowPlanner, ste
 from maxent_grpo.training.reference_model import built_in_process, reference_from_policy
 from maxent_grpo.training.reward_contract import checked
 from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning, unscore_dropped_rows
+from maxent_grpo.training.tied_embeddings import check_tied_output_layer
 
 __all__ = ["MaxEntGRPOTrainer", "NoUsableGenerationError"]
 
@@ -118,9 +119,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             super().__init__(*positional, **kwargs)
         if generation_backend is not None and not isinstance(generation_backend, GenerationBackend):
             raise TypeError(f"generation_backend {generation_backend!r} has no generate(prompts, counts) method.")
+        check_tied_output_layer(self.model)
         self.generation_backend = generation_backend if generation_backend is not None else build_backend(self)
-        if not hasattr(self, "_last_loaded_step"):
-            self._last_loaded_step = -1
+        self._last_loaded_step = getattr(self, "_last_loaded_step", -1)
         self._row_keep: list[bool] | None = None
         self._global_row_keep: torch.Tensor | None = None
         self._last_completion_texts: list[str] = []

@@ -12,6 +12,7 @@ parameters (nor the server, which ties them again).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,6 +58,7 @@ def test_the_server_serves_the_trained_weights_after_every_push_under_zero(
     stage: int, tied_server: tuple[Path, str], tmp_path: Path
 ):
     model_dir, server_url = tied_server
+    assert importlib.util.find_spec("vllm") is None  # the trainer's environment has no vLLM
     ranks: list[dict[str, Any]] = launch(tmp_path, "probe_server_weights.py", stage, str(model_dir), server_url)
 
     for name in ("full", "lora"):

@@ -1,6 +1,6 @@
 """`maxent-grpo vllm-serve` for real, on 127.0.0.1: it starts a vLLM server with the flags the disk transport needs,
-prints the URL once the server is ready, a trainer given that URL trains on-policy against it, and Ctrl-C ends the
-command and its server; a server that cannot start ends it with one line."""
+prints the URL once the server is ready, a trainer given that URL pushes every version into it, and Ctrl-C or SIGTERM
+to the command alone ends the command and its server; a server that cannot start ends it with one line."""
 
 from __future__ import annotations
 
@@ -58,9 +58,9 @@ class Command:
                 return line
         pytest.fail(f"no line with {text!r} within {timeout} s; output:\n" + "\n".join(self.lines[-60:]))
 
-    def interrupt(self) -> int:
-        """Ctrl-C (SIGINT to the command's process group, as a terminal sends it); its exit code."""
-        os.killpg(self.process.pid, signal.SIGINT)
+    def signal(self, number: int) -> int:
+        """``number`` to the command alone (not to the server it started); its exit code."""
+        self.process.send_signal(number)
         return self.process.wait(timeout=90)
 
     def rest(self) -> list[str]:
@@ -74,8 +74,9 @@ class Command:
             self.process.wait()
 
 
-def test_vllm_serve_prints_the_url_a_trainer_trains_on_policy_against_and_ctrl_c_ends_it(
-    vllm_model_dir: Path, tmp_path: Path
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_vllm_serve_prints_the_url_a_trainer_trains_against_and_a_signal_ends_it_and_its_server(
+    stop: signal.Signals, vllm_model_dir: Path, tmp_path: Path
 ):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -88,13 +89,14 @@ def test_vllm_serve_prints_the_url_a_trainer_trains_on_policy_against_and_ctrl_c
         launched = command.lines[0]  # the server's command line, printed first
         assert "--worker-extension-cls" in launched and "--logprobs-mode processed_logprobs" in launched
 
-        trainer = server_mode_trainer(vllm_model_dir, url, tmp_path, max_steps=2)
-        trainer.train()
-        backend = trainer.generation_backend
-        assert backend.stats["weight_pushes"] == 2  # the server took both versions: its flags are the right ones
-        assert requests.get(f"{url}/weight_info", timeout=10).json()["weight_version"] == backend.weight_version
+        if stop == signal.SIGINT:  # once is enough to show the flags are the right ones
+            trainer = server_mode_trainer(vllm_model_dir, url, tmp_path, max_steps=2)
+            trainer.train()
+            backend = trainer.generation_backend
+            assert backend.stats["weight_pushes"] == 2  # the server took both versions
+            assert requests.get(f"{url}/weight_info", timeout=10).json()["weight_version"] == backend.weight_version
 
-        assert command.interrupt() == 130
+        assert command.signal(stop) == 130
         assert "maxent-grpo vllm-serve: interrupted" in command.rest()
         with pytest.raises(requests.ConnectionError):  # the server went with it
             requests.get(f"{url}/health", timeout=5)

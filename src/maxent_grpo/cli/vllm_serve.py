@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -89,6 +90,10 @@ def parser(prog: str, parser_class: type[argparse.ArgumentParser]) -> argparse.A
     return result
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str | None]:
     """Start the server, report when it is ready, and wait for it; return its exit code and, if it never became
     ready, why."""
@@ -99,21 +104,26 @@ def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str
         weight_transfer=options.weight_transfer,
         vllm_args=vllm_args,
     )
-    address = "127.0.0.1" if options.host in ("0.0.0.0", "::") else options.host
-    base_url = f"http://{address}:{options.port}"
+    every_address = options.host in ("0.0.0.0", "::")
+    base_url = f"http://{'127.0.0.1' if every_address else options.host}:{options.port}"
     print(" ".join(command), flush=True)
     process = subprocess.Popen(command, env=serve_environment(os.environ, options.weight_transfer))
+    # SIGTERM (a job scheduler, `kill`) ends the command the way Ctrl-C does, so the server goes with it.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         problem = wait_until_ready(process, base_url, options.ready_timeout)
         if problem is not None:
             return 1, problem
+        elsewhere = f" (from other machines: http://{socket.gethostname()}:{options.port})" if every_address else ""
         print(
-            f"vLLM server ready at {base_url}: train with use_vllm=True, vllm_mode='server', "
+            f"vLLM server ready at {base_url}{elsewhere}: train with use_vllm=True, vllm_mode='server', "
             f"vllm_server_base_url={base_url}, vllm_weight_transfer='{options.weight_transfer}'",
             flush=True,
         )
-        return process.wait(), None
+        code = process.wait()
+        return code, None if code == 0 else f"the vLLM server at {base_url} exited with code {code}"
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
             try:

@@ -34,6 +34,7 @@ from typing import Any, NoReturn
 
 import requests
 import torch
+from safetensors import SafetensorError
 from torch.distributed.tensor import DTensor
 
 from maxent_grpo.training.generation.backends.http_deadline import TRANSIENT_ERRORS, Answer, exchange
@@ -60,6 +61,10 @@ class WeightsRefused(GenerationStopped):
     """The vLLM server keeps refusing the training weights: generating from it would be off-policy."""
 
 
+class WeightsNotWritten(GenerationStopped):
+    """The training weights could not be written for the server: generating from it would be off-policy."""
+
+
 def parameters(model: torch.nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
     """The default `WeightSource`: ``model.named_parameters()`` (tied weights once)."""
     return model.named_parameters()
@@ -69,6 +74,14 @@ def _whole(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[
     """Each tensor whole: a DTensor is gathered (a collective: every process walks the same tensors)."""
     for name, tensor in named_tensors:
         yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def _from_pusher(value: str | None) -> str | None:
+    """Rank 0's ``value`` on every process (a collective)."""
+    box = [value]
+    if _distributed() and torch.distributed.get_world_size() > 1:
+        torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def _distributed() -> bool:
@@ -129,17 +142,28 @@ class ServerWeightSync:
         self._refused: WeightsRefused | None = None
 
     def write(self, model: torch.nn.Module) -> None:
-        """Save ``model``'s weights as the next version (call it on every process: the walk may be collective)."""
+        """Save ``model``'s weights as the next version (call it on every process: the walk may be collective).
+
+        Raises `WeightsNotWritten` on every process when the pusher could not write them (a full disk, a directory it
+        may not write to): every process still walks all the weights, so none is left waiting in a gather.
+        """
         if self._token is None:
             self._token = _shared_token()
         self._writes += 1
         version = f"{self._writes}-{self._token}"
-        tensors = _whole(self.source(model))
-        if self.pusher:
-            self.directory.write(version, tensors)
-        else:
-            for _ in tensors:  # take part in the gathers of a sharded model
+        problem: str | None = None
+        with torch.no_grad():
+            tensors = _whole(self.source(model))
+            if self.pusher:
+                try:
+                    self.directory.write(version, tensors)
+                except (OSError, ValueError, SafetensorError) as error:
+                    problem = f"could not write weight version {version!r} to {self.directory.root}: {error}"
+            for _ in tensors:  # take part in the gathers of a sharded model (the rest of them, after a failure)
                 pass
+        problem = _from_pusher(problem)
+        if problem is not None:
+            raise WeightsNotWritten(problem)
         self.version = version
 
     def ensure(self) -> bool:
@@ -160,13 +184,15 @@ class ServerWeightSync:
         return self._push(served)
 
     def still_serves(self) -> bool:
-        """Whether the server still serves the trainer's version (checked after a generation call)."""
-        return self.version is None or self.served_version() == self.version
+        """Whether the server still serves the trainer's version (checked after a generation call, whose completions
+        are in hand: the check gets its own time, even once the step's time budget is spent)."""
+        return self.version is None or self.served_version(within_step=False) == self.version
 
-    def served_version(self) -> str | None:
-        """The version the server claims (``"default"`` for its launch weights); None when it cannot be reached."""
+    def served_version(self, within_step: bool = True) -> str | None:
+        """The version the server claims (``"default"`` for its launch weights); None when it cannot be reached (in
+        the step's time budget, unless ``within_step`` is False)."""
         try:
-            answer = self._exchange("GET", "/weight_info", None, _VERSION_TIMEOUT_SECONDS)
+            answer = self._exchange("GET", "/weight_info", None, _VERSION_TIMEOUT_SECONDS, within_step=within_step)
         except TRANSIENT_ERRORS:
             return None
         if answer.status == 404:
@@ -185,10 +211,12 @@ class ServerWeightSync:
 
     # ------------------------------------------------------------------------------------------------ internals
 
-    def _exchange(self, method: str, path: str, payload: dict[str, Any] | None, timeout: float) -> Answer:
-        """One request, ended by ``timeout`` seconds or the step's deadline; raises `TRANSIENT_ERRORS` (also when
-        the step's time budget is already spent)."""
-        left = min(timeout, self._time_left())
+    def _exchange(
+        self, method: str, path: str, payload: dict[str, Any] | None, timeout: float, within_step: bool = True
+    ) -> Answer:
+        """One request, ended by ``timeout`` seconds or (``within_step``) the step's deadline; raises
+        `TRANSIENT_ERRORS` (also when the step's time budget is already spent)."""
+        left = min(timeout, self._time_left()) if within_step else timeout
         if left <= 0:
             raise requests.Timeout("the generation step's time budget is spent")
         try:

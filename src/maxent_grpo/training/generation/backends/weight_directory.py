@@ -36,14 +36,29 @@ class WeightDirectory:
         """Write ``named_tensors`` (checkpoint names, each once) as ``version``; remove every other version.
 
         Tensors are copied to the CPU one at a time (a ZeRO-3 or FSDP walk frees each gathered tensor as it moves on).
-        Returns the version's directory. Raises ValueError when no tensor was given.
+        Returns the version's directory. Raises ValueError when no tensor was given, and what writing raised (a full
+        disk: OSError) with nothing of this version left behind; the versions already there stay.
         """
+        self.root.mkdir(parents=True, exist_ok=True)
+        for entry in self.root.iterdir():  # what an interrupted write left
+            if entry.name.startswith(_INCOMPLETE_PREFIX):
+                shutil.rmtree(entry, ignore_errors=True)
+        staging = self.root / f"{_INCOMPLETE_PREFIX}{version}"
+        staging.mkdir()
+        try:
+            self._write_shards(staging, version, named_tensors)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        target = self.path(version)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        self._remove_all_but(target)
+        return target
+
+    def _write_shards(self, staging: Path, version: str, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         from safetensors.torch import save_file
 
-        self.root.mkdir(parents=True, exist_ok=True)
-        staging = self.root / f"{_INCOMPLETE_PREFIX}{version}"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
         shard: dict[str, torch.Tensor] = {}
         shard_bytes = 0
         shards = 0
@@ -56,16 +71,10 @@ class WeightDirectory:
             shard[name] = copy
             shard_bytes += copy.nbytes
         if not shard and not shards:
-            shutil.rmtree(staging)
             raise ValueError(f"no tensors to write as weight version {version!r}")
         if shard:
             shards += 1
             save_file(shard, str(staging / f"model-{shards:05d}.safetensors"))
-        target = self.path(version)
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
-        self._remove_all_but(target)
-        return target
 
     def _remove_all_but(self, current: Path) -> None:
         for entry in self.root.iterdir():

@@ -1,0 +1,116 @@
+"""`WeightDirectory` and `ServerWeightSync.write` on a real file system: versions appear whole or not at all, older
+ones go, and a write that fails leaves nothing of its version and stops with one line after the whole walk."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+import torch
+from safetensors.torch import load_file
+
+from maxent_grpo.training.generation.backends.server_weight_sync import ServerWeightSync, WeightsNotWritten
+from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
+
+TENSORS = {"a.weight": torch.arange(6.0).reshape(2, 3), "b.bias": torch.ones(4)}
+
+
+def read(version_dir: Path) -> dict[str, torch.Tensor]:
+    loaded: dict[str, torch.Tensor] = {}
+    for shard in sorted(version_dir.glob("*.safetensors")):
+        loaded.update(load_file(shard))
+    return loaded
+
+
+def test_a_version_is_written_whole_and_replaces_the_older_ones(tmp_path: Path):
+    directory = WeightDirectory(tmp_path / "weights")
+    first = directory.write("1-run", TENSORS.items())
+    (tmp_path / "weights" / "notes.txt").write_text("not a version")
+    second = directory.write("2-run", ((name, 2 * t) for name, t in TENSORS.items()))
+
+    assert second == directory.path("2-run") and not first.exists()
+    assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["notes.txt", "weights-2-run"]
+    loaded = read(second)
+    assert loaded.keys() == TENSORS.keys() and all(torch.equal(loaded[n], 2 * t) for n, t in TENSORS.items())
+
+
+def test_large_weights_are_split_into_shards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr("maxent_grpo.training.generation.backends.weight_directory.SHARD_BYTES", 30)
+    version = WeightDirectory(tmp_path).write("1-run", TENSORS.items())
+    assert len(list(version.glob("*.safetensors"))) == 2
+    assert all(torch.equal(read(version)[n], t) for n, t in TENSORS.items())
+
+
+def test_a_write_that_fails_midway_leaves_nothing_of_its_version(tmp_path: Path):
+    directory = WeightDirectory(tmp_path)
+    directory.write("1-run", TENSORS.items())
+
+    def failing() -> Iterator[tuple[str, torch.Tensor]]:
+        yield "a.weight", TENSORS["a.weight"]
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        directory.write("2-run", failing())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["weights-1-run"]  # the last good version stays
+
+
+def test_what_an_interrupted_write_left_is_removed_by_the_next_one(tmp_path: Path):
+    (tmp_path / ".incomplete-weights-7-other").mkdir()
+    WeightDirectory(tmp_path).write("1-run", TENSORS.items())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["weights-1-run"]
+
+
+def test_no_tensors_is_refused(tmp_path: Path):
+    with pytest.raises(ValueError, match="no tensors to write"):
+        WeightDirectory(tmp_path).write("1-run", [])
+    assert list(tmp_path.iterdir()) == []
+
+
+def sync_writing_to(root: Path, walked: list[str]) -> ServerWeightSync:
+    def source(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in model.named_parameters():
+            walked.append(name)
+            yield name, tensor
+
+    return ServerWeightSync(
+        "http://127.0.0.1:9",
+        requests.Session(),
+        WeightDirectory(root),
+        source=source,
+        request_timeout=1.0,
+        max_attempts=1,
+        backoff=lambda attempt: None,
+        time_left=lambda: float("inf"),
+        count=lambda stat: None,
+    )
+
+
+def test_a_sync_whose_weights_cannot_be_written_stops_with_one_line_after_walking_them_all(tmp_path: Path):
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    blocked = tmp_path / "weights"
+    blocked.write_text("a file where the directory should be")
+    walked: list[str] = []
+    sync = sync_writing_to(blocked, walked)
+
+    with pytest.raises(WeightsNotWritten) as stopped:
+        sync.write(model)
+    message = str(stopped.value)
+    assert message.startswith("could not write weight version '1-") and str(blocked) in message
+    assert "\n" not in message
+    assert walked == [name for name, _ in model.named_parameters()]  # every gather still happened
+    assert sync.version is None  # the server is never asked to serve it
+
+
+def test_a_sync_writes_each_version_under_the_run_token(tmp_path: Path):
+    model = torch.nn.Linear(2, 2)
+    sync = sync_writing_to(tmp_path, [])
+    sync.write(model)
+    first = sync.version
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    sync.write(model)
+    assert first is not None and sync.version is not None
+    assert first.split("-", 1)[1] == sync.version.split("-", 1)[1] and sync.version.startswith("2-")
+    assert torch.equal(read(WeightDirectory(tmp_path).path(sync.version))["weight"], model.weight.detach())
