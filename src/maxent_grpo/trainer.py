@@ -335,7 +335,10 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: list) -> dict[str, Any]:
         self._current_inputs = inputs  # dynamic sampling replaces rows (prompt and columns together) in place
-        if self.environment_pool is not None:  # an environment may own the data: its reset supplies the prompt
+        if self.environment_pool is not None:
+            # Episodes reset their own environments; `_generate` hands TRL this batch's, for reward functions.
+            self.environments = None
+            # An environment may own the data: its reset supplies the prompt.
             inputs = [
                 row if "prompt" in row else {**row, "prompt": [{"role": "user", "content": ""}]} for row in inputs
             ]
