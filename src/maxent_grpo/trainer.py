@@ -338,6 +338,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         if self.environment_pool is not None:
             # Episodes reset their own environments; `_generate` hands TRL this batch's, for reward functions.
             self.environments = None
+            for row in inputs:  # a row naming an unknown environment is bad data, not a failed episode
+                self.environment_pool.name_of(row)
             # An environment may own the data: its reset supplies the prompt.
             inputs = [
                 row if "prompt" in row else {**row, "prompt": [{"role": "user", "content": ""}]} for row in inputs
