@@ -216,3 +216,15 @@ def test_multiple_environments_route_each_row(tmp_path):
     trainer.train()
     assert seen and all((kind, name) in {("FlakyGuessGame", "game"), ("Counter", "counter")} for kind, name in seen)
     assert _logged(trainer, "rewards/FlakyGuessGame/mean")  # get_reward as a reward source, as in TRL
+
+
+def test_listwise_takes_an_episode_as_one_candidate_keyed_by_its_final_answer(tmp_path):
+    tokenizer = game_tokenizer()
+    backend = ScriptedGuesser(tokenizer, script=(3, 5, 2, 9))
+    trainer = _game_trainer(
+        tmp_path, backend, tokenizer, tool_timeout=0.5, maxent_objective="listwise", maxent_mode_key="last_line"
+    )
+    trainer.train()
+    assert trainer._last_completion_texts == ["done"] * 8  # the final answers, which the mode key reads
+    assert _logged(trainer, "maxent/weight_entropy")
+    assert sum(_logged(trainer, "tools/failed_episodes")) > 0
