@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from maxent_grpo.training.generation.backends.protocol import (
+    BackendContractError,
     Completion,
     GenerationBackend,
     GenerationStopped,
@@ -186,7 +187,7 @@ class EpisodeBackend:
             logger.warning("Generation backend raised %s in an episode turn: %s", type(error).__name__, error)
             return None
         if len(returned) != len(prompts):
-            raise ValueError(
+            raise BackendContractError(
                 f"Generation backend {type(self.backend).__name__} returned {len(returned)} groups for "
                 f"{len(prompts)} prompts; a backend must return exactly one (possibly short) group per prompt."
             )

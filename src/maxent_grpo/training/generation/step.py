@@ -132,7 +132,7 @@ class GenerationStep:
             local = None if collected.stopped is None else str(collected.stopped)
             stopped = [message for message in self.collectives.gather_object([local]) if message]
             if collected.stopped is not None:
-                raise collected.stopped  # its own type (`RolloutContractError` is also a ValueError)
+                raise collected.stopped  # its own type (`BackendContractError` is also a ValueError)
             raise GenerationStopped(stopped[0])
         batch.merge(run_indices, collected)
 

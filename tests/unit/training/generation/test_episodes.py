@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from maxent_grpo import Completion, TokenPrompt
+from maxent_grpo.training.generation.backends.protocol import BackendContractError
 from maxent_grpo.training.generation.completion_check import CompletionCheck
 from maxent_grpo.training.generation.episodes import EpisodeBackend, EpisodePrompt, EpisodeSettings
 from maxent_grpo.training.generation.tool_calls import ToolCallPolicy
@@ -171,3 +172,12 @@ def test_a_tool_past_its_time_limit_fails_the_episode_and_feedback_keeps_a_raisi
             [[episode]] = groups
             assert episode.episode.tool_failures == 1
             assert episode.episode.messages[1]["content"] == "{'error': 'no'}"
+
+
+def test_a_backend_returning_the_wrong_number_of_groups_stops_training():
+    class Broken(Script):
+        def generate(self, prompts, counts):
+            return []
+
+    with pytest.raises(BackendContractError, match="returned 0 groups for 1 prompts"):
+        _backend(Broken([])).generate([EpisodePrompt(PROMPT, {})], [1])

@@ -61,6 +61,11 @@ class GenerationStopped(RuntimeError):
     generation step stops on every process with its message (one line)."""
 
 
+class BackendContractError(GenerationStopped, ValueError):
+    """A backend (or a ``rollout_func``) returned something that cannot be rows: a programming error, not a fault of
+    one call, so training stops (on every process) instead of retrying."""
+
+
 @runtime_checkable
 class GenerationBackend(Protocol):
     """Anything that turns unique prompts and per-prompt counts into grouped completions.

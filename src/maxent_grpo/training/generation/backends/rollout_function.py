@@ -5,7 +5,7 @@ TRL calls ``rollout_func(prompts, trainer)`` once per batch with every row's pro
 Here it is called with each prompt repeated for the slots still missing, and each row it returns becomes one
 `Completion`: a row with ids outside the vocabulary, logprobs or ``env_mask`` of the wrong length, or no completion
 is a missing slot (`CompletionCheck`), retried like any other. A return whose keys or row count are wrong is a
-programming error and stops training with `RolloutContractError`, as TRL raises ``ValueError`` on missing keys.
+programming error and stops training with `BackendContractError` (a ``ValueError``, as TRL raises on missing keys).
 Extra keys are not passed to reward functions (not supported here).
 """
 
@@ -14,13 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from maxent_grpo.training.generation.backends.protocol import Completion, GenerationStopped
+from maxent_grpo.training.generation.backends.protocol import BackendContractError, Completion
 
 REQUIRED_KEYS = ("prompt_ids", "completion_ids", "logprobs")
-
-
-class RolloutContractError(GenerationStopped, ValueError):
-    """``rollout_func`` returned something that cannot be rows: missing keys or a wrong number of rows."""
 
 
 def _ids(values: Any) -> list[int] | None:
@@ -77,12 +73,12 @@ class RolloutFunctionBackend:
         output = self.rollout_func(rows, self.trainer)
         missing = sorted(set(REQUIRED_KEYS) - set(output))
         if missing:
-            raise RolloutContractError(f"rollout_func must return keys {missing} in its output dict.")
+            raise BackendContractError(f"rollout_func must return keys {missing} in its output dict.")
         env_mask = output.get("env_mask")
         for key in (*REQUIRED_KEYS, "env_mask"):
             values = output.get(key)
             if values is not None and len(values) != len(rows):
-                raise RolloutContractError(
+                raise BackendContractError(
                     f"rollout_func returned {len(values)} rows of {key!r} for {len(rows)} prompts; it must return one "
                     "row per prompt it receives."
                 )

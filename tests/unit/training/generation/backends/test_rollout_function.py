@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from maxent_grpo.training.generation.backends.rollout_function import RolloutContractError, RolloutFunctionBackend
+from maxent_grpo.training.generation.backends.protocol import BackendContractError
+from maxent_grpo.training.generation.backends.rollout_function import RolloutFunctionBackend
 from maxent_grpo.training.generation.collect import collect_completion_groups
 from maxent_grpo.training.generation.completion_check import CompletionCheck
 
@@ -41,7 +42,7 @@ def test_missing_keys_or_a_wrong_row_count_stop_with_a_clear_error():
     with pytest.raises(ValueError, match=r"rollout_func must return keys \['logprobs'\]"):
         _backend(lambda p, t: {"prompt_ids": [[1]], "completion_ids": [[2]]}).generate(["a"], [1])
     short = {"prompt_ids": [[1]], "completion_ids": [[2]], "logprobs": None}
-    with pytest.raises(RolloutContractError, match="1 rows of 'prompt_ids' for 2 prompts"):
+    with pytest.raises(BackendContractError, match="1 rows of 'prompt_ids' for 2 prompts"):
         _backend(lambda p, t: short).generate(["a"], [2])
 
 
