@@ -216,18 +216,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         check = CompletionCheck(
             self._vocab_size, needs_logprobs=self.use_vllm and self.vllm_importance_sampling_correction
         )
-        backend, requests = self.generation_backend, copy.deepcopy(prompts)
-        if self.episode_settings is not None:
-            if self.environment_pool is not None:
-                self.environment_pool.begin_step()
-            backend = EpisodeBackend(
-                backend,
-                self.episode_settings,
-                environments=self.environment_pool,
-                check=check,
-                any_process=collectives.any,
-            )
-            requests = [EpisodePrompt(prompt, row) for prompt, row in zip(requests, self._current_inputs, strict=True)]
+        backend, requests = self._step_backend(copy.deepcopy(prompts), check, collectives)
         step = GenerationStep(
             backend,
             check=check,
@@ -280,6 +269,24 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                 self._metrics[mode][name].append(value)
         completions = self._format_completions(prompts, rows)
         return rows.prompt_ids, rows.completion_ids, rows.tool_mask(), completions, rows.logprobs, {}, None, []
+
+    def _step_backend(
+        self, prompts: list, check: CompletionCheck, collectives: Collectives
+    ) -> tuple[GenerationBackend, list]:
+        """The backend this step collects from and what it is asked: the trainer's backend and the prompts, or, with
+        tools or environments, episodes run through it and the prompts with their dataset rows (`reset` arguments)."""
+        if self.episode_settings is None:
+            return self.generation_backend, prompts
+        if self.environment_pool is not None:
+            self.environment_pool.begin_step()
+        backend = EpisodeBackend(
+            self.generation_backend,
+            self.episode_settings,
+            environments=self.environment_pool,
+            check=check,
+            any_process=collectives.any,
+        )
+        return backend, [EpisodePrompt(prompt, row) for prompt, row in zip(prompts, self._current_inputs, strict=True)]
 
     def _context_length(self) -> int:
         """The longest sequence an episode's turn may reach: the engine's ``max_model_len``, else the model's."""
