@@ -80,8 +80,10 @@ def build_tiny_model(
     num_layers: int = 1,
     max_completion_length: int = 8,
     max_position_embeddings: int = 256,
+    tie_word_embeddings: bool = True,
 ) -> Qwen2ForCausalLM:
-    """Return a randomly initialised 1-layer Qwen2 model whose vocabulary matches ``tokenizer``.
+    """Return a randomly initialised 1-layer Qwen2 model whose vocabulary matches ``tokenizer``, its output layer the
+    input embedding's transpose unless ``tie_word_embeddings`` is False.
 
     The initialisation is a deterministic function of ``seed`` (the global RNG is left untouched). The model's
     generation config samples (``do_sample=True``) and stops at the tokenizer's EOS token. Tool-calling prompts (the
@@ -95,7 +97,7 @@ def build_tiny_model(
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_word_embeddings,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.bos_token_id,
@@ -116,11 +118,15 @@ def build_tiny_model(
     return model
 
 
-def save_tiny_model(path: str | Path, *, seed: int = 0, hidden_size: int = 32, num_layers: int = 1) -> Path:
+def save_tiny_model(
+    path: str | Path, *, seed: int = 0, hidden_size: int = 32, num_layers: int = 1, tie_word_embeddings: bool = True
+) -> Path:
     """Build the tiny model and tokenizer and save both to ``path`` (loadable with ``from_pretrained``)."""
     path = Path(path)
     tokenizer = build_tiny_tokenizer()
-    model = build_tiny_model(tokenizer, seed=seed, hidden_size=hidden_size, num_layers=num_layers)
+    model = build_tiny_model(
+        tokenizer, seed=seed, hidden_size=hidden_size, num_layers=num_layers, tie_word_embeddings=tie_word_embeddings
+    )
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

@@ -125,7 +125,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                 )
                 building.enter_context(colocate_engine.engine_dtype(lambda: dtype(self.model)))
             if config.use_vllm and config.vllm_mode == "server" and weight_transfer_name(config) == "disk":
-                building.enter_context(trl_server_client.without_nccl_communicator())
+                building.enter_context(trl_server_client.client_for_disk_transfer())
             super().__init__(*positional, **kwargs)
         if generation_backend is not None and not isinstance(generation_backend, GenerationBackend):
             raise TypeError(f"generation_backend {generation_backend!r} has no generate(prompts, counts) method.")

@@ -1,9 +1,11 @@
 """Run under `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo) with vLLM installed: one shared server.
 
-Both processes train 3 steps in float32 against the vLLM server at BASE_URL (disk weight transfer). Usage:
-probe_server.py OUTPUT_DIR MODEL_DIR BASE_URL. Each process writes rank<r>.json: its backend's weight version at
-each generation call, its weight pushes, and the largest difference between the server's log-probs of a fixed text
-and its own model's after each call that brought completions back.
+Both processes train 3 steps in float32 against the vLLM server at BASE_URL (disk weight transfer), with the model
+whole on each (DDP) or, given ``fsdp2``, sharded when it is loaded (transformers' ``DistributedConfig(fsdp_size=2)``,
+the way FSDP2 runs on CPU). Usage: probe_server.py OUTPUT_DIR MODEL_DIR BASE_URL [fsdp2]. Each process writes
+rank<r>.json: its backend's weight version at each generation call, its weight pushes, and the largest difference
+between the server's log-probs of a fixed text and its own model's (the initial model's) after each call that brought
+completions back.
 """
 
 from __future__ import annotations
@@ -13,15 +15,17 @@ import sys
 from pathlib import Path
 
 import torch
+from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.distributed import DistributedConfig
 
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.cli.command import _end_training
-from tests.support.server_logprobs import ProbeAfterEachCall
+from tests.support.server_logprobs import PROBE_TEXT, ProbeAfterEachCall, model_logprobs
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 
 
-def train(output_dir: Path, model_dir: str, base_url: str):
+def train(output_dir: Path, model_dir: str, base_url: str, sharding: str | None = None):
     reward = AlignedTextReward()
     config = tiny_config(
         output_dir,
@@ -34,13 +38,16 @@ def train(output_dir: Path, model_dir: str, base_url: str):
         vllm_server_base_url=base_url,
         vllm_weight_transfer="disk",
     )
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    plain = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    initial = model_logprobs(plain, tokenizer(PROBE_TEXT)["input_ids"])
+    distributed = DistributedConfig(fsdp_size=2) if sharding == "fsdp2" else None
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, distributed_config=distributed)
     trainer = MaxEntGRPOTrainer(
         model=model, reward_funcs=reward, args=config, train_dataset=letter_dataset(24), processing_class=tokenizer
     )
     backend = trainer.generation_backend
-    probe = ProbeAfterEachCall(backend, trainer.model, tokenizer, base_url)
+    probe = ProbeAfterEachCall(backend, trainer.model, tokenizer, base_url, initial=initial)
     versions: list[str | None] = []
     probed = backend.generate
 
@@ -54,6 +61,8 @@ def train(output_dir: Path, model_dir: str, base_url: str):
         "versions": versions,
         "weight_pushes": backend.stats["weight_pushes"],
         "to_current": probe.to_current,
+        "to_initial": probe.to_initial,
+        "sharded_parameters": sum(isinstance(p, DTensor) for p in trainer.model.parameters()),
         "rows_seen": reward.rows_seen,
     }
     (output_dir / f"rank{trainer.accelerator.process_index}.json").write_text(json.dumps(record))
@@ -61,4 +70,4 @@ def train(output_dir: Path, model_dir: str, base_url: str):
 
 
 if __name__ == "__main__":
-    _end_training(train(Path(sys.argv[1]), sys.argv[2], sys.argv[3]))  # the trainer is gone by now
+    _end_training(train(Path(sys.argv[1]), *sys.argv[2:]))  # the trainer is gone by now

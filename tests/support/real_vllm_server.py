@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -28,7 +29,8 @@ def free_port() -> int:
 
 class VLLMServerProcess:
     """A vLLM server serving ``model_dir`` in float32 on ``127.0.0.1:port``, started as `maxent-grpo vllm-serve` starts
-    one for ``weight_transfer`` (None: no weight transfer, a plain server)."""
+    one for ``weight_transfer`` (None: no weight transfer, a plain server), by ``python`` (default: this one; another
+    environment's, where the trainer's has no vLLM)."""
 
     def __init__(
         self,
@@ -38,15 +40,17 @@ class VLLMServerProcess:
         weight_transfer: str | None = None,
         extra_args: tuple[str, ...] = (),
         extra_env: Mapping[str, str] | None = None,
+        python: str = sys.executable,
     ) -> None:
         self.port = free_port() if port is None else port
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.weight_transfer = weight_transfer
         self.extra_env = dict(extra_env or {})
         vllm_args = ["--dtype", "float32", "--max-model-len", str(max_model_len), "--enforce-eager", *extra_args]
-        self.command = serve_command(
+        command = serve_command(
             str(model_dir), host="127.0.0.1", port=self.port, weight_transfer=weight_transfer, vllm_args=vllm_args
         )
+        self.command = [python, *command[1:]]
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close(), it outlives this method)
         self.process: subprocess.Popen[bytes] | None = None
 

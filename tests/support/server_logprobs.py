@@ -31,11 +31,13 @@ def model_logprobs(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
 class ProbeAfterEachCall:
     """Wraps ``backend.generate``: after every call that brought completions back, the server's log-probs of
     `PROBE_TEXT` against ``model`` (being trained: the server must serve its weights) and against a copy of ``model``
-    as it is now (the initial weights), as max absolute differences."""
+    as it is now (the initial weights; or ``initial``, its log-probs of `PROBE_TEXT` computed beforehand, for a model
+    whose weights are sharded), as max absolute differences."""
 
-    def __init__(self, backend, model: torch.nn.Module, tokenizer, base_url: str) -> None:
+    def __init__(self, backend, model: torch.nn.Module, tokenizer, base_url: str, initial: torch.Tensor | None = None):
         self.ids = tokenizer(PROBE_TEXT)["input_ids"]
-        initial = model_logprobs(copy.deepcopy(model), self.ids)
+        if initial is None:
+            initial = model_logprobs(copy.deepcopy(model), self.ids)
         self.to_current: list[float] = []
         self.to_initial: list[float] = []
         generate = backend.generate
@@ -49,3 +51,18 @@ class ProbeAfterEachCall:
             return groups
 
         backend.generate = probed
+
+
+def assert_one_pusher_on_policy(rank0: dict, rank1: dict) -> None:
+    """`probe_server.py`'s records: one version per step pushed by process 0 alone, the server on the trained weights
+    after every call on both processes."""
+    print(
+        f"two processes, one server: versions {rank0['versions']}, |server - trained| {rank0['to_current']}, "
+        f"|server - initial| {rank0['to_initial']}"
+    )
+    assert rank0["versions"] == rank1["versions"] and len(set(rank0["versions"])) == 3  # one version per step
+    assert rank0["weight_pushes"] == 3 and rank1["weight_pushes"] == 0
+    assert len(rank0["to_current"]) >= 3 and len(rank1["to_current"]) >= 3
+    assert max(rank0["to_current"] + rank1["to_current"]) < 1e-3
+    assert min(rank0["to_initial"][1:] + rank1["to_initial"][1:]) > 1e-2  # the model moved, and the server with it
+    assert rank0["rows_seen"] == rank1["rows_seen"] == 3 * 6

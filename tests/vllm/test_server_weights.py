@@ -20,7 +20,7 @@ from maxent_grpo.training.generation.backends.protocol import GenerationStopped
 from tests.distributed.test_two_processes import _launch
 from tests.support import failing_reload
 from tests.support.real_vllm_server import running_vllm_server
-from tests.support.server_logprobs import ProbeAfterEachCall
+from tests.support.server_logprobs import ProbeAfterEachCall, assert_one_pusher_on_policy
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def no_faults_after(faults):
     faults.write_text("")
 
 
-def server_mode_trainer(model_dir, url, output_dir, **overrides):
+def server_mode_trainer(model_dir, url, output_dir, peft_config=None, **overrides):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     config = tiny_config(
@@ -71,6 +71,7 @@ def server_mode_trainer(model_dir, url, output_dir, **overrides):
         args=config,
         train_dataset=letter_dataset(16),
         processing_class=tokenizer,
+        peft_config=peft_config,
     )
 
 
@@ -94,6 +95,26 @@ def test_server_mode_on_a_cpu_trainer_samples_from_the_current_weights_at_every_
     weights = sorted(p.name for p in (tmp_path / "weights").iterdir())
     assert weights == [f"weights-{backend.weight_version}"]  # older versions removed
     assert requests.get(f"{server_url}/weight_info", timeout=10).json()["weight_version"] == backend.weight_version
+
+
+def test_a_peft_model_reaches_the_server_as_its_merged_weights_at_every_step(server_url, vllm_model_dir, tmp_path):
+    from peft import LoraConfig
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=0.0)
+    trainer = server_mode_trainer(vllm_model_dir, server_url, tmp_path, peft_config=lora, max_steps=3)
+    # The trained model is the adapter on the base: its forward is what the merged weights must reproduce.
+    probe = ProbeAfterEachCall(trainer.generation_backend, trainer.model, trainer.processing_class, server_url)
+    trainer.train()
+
+    print(f"PEFT: max |server - trained| per call {probe.to_current}; |server - initial| {probe.to_initial}")
+    assert trainer.generation_backend.stats["weight_pushes"] == 3
+    assert len(probe.to_current) >= 3 and max(probe.to_current) < 1e-3
+    assert min(probe.to_initial[1:]) > 1e-2  # the adapter moved the model, and the server with it
+    served = (tmp_path / "weights" / f"weights-{trainer.generation_backend.weight_version}").glob("*.safetensors")
+    from safetensors import safe_open
+
+    names = {name for shard in served for name in safe_open(str(shard), "pt").keys()}  # noqa: SIM118
+    assert names and not any("lora" in name or "base_layer" in name or "base_model" in name for name in names)
 
 
 def test_a_reload_that_fails_once_is_retried_and_training_stays_on_policy(
@@ -145,10 +166,4 @@ def test_two_processes_share_one_server_only_process_0_pushes_and_both_agree_on_
     server_url, vllm_model_dir, tmp_path
 ):
     rank0, rank1 = _launch(tmp_path, str(vllm_model_dir), server_url, probe="probe_server.py")
-
-    print(f"two processes, one server: versions {rank0['versions']}, |server - trained| {rank0['to_current']}")
-    assert rank0["versions"] == rank1["versions"] and len(set(rank0["versions"])) == 3  # one version per step
-    assert rank0["weight_pushes"] == 3 and rank1["weight_pushes"] == 0
-    assert len(rank0["to_current"]) >= 3 and len(rank1["to_current"]) >= 3
-    assert max(rank0["to_current"] + rank1["to_current"]) < 1e-3
-    assert rank0["rows_seen"] == rank1["rows_seen"] == 3 * 6
+    assert_one_pusher_on_policy(rank0, rank1)

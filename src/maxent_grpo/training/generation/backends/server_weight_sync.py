@@ -2,8 +2,10 @@
 
 `ServerWeightSync.write` saves the training weights as a new version (`WeightDirectory`, written atomically); only
 the pushing process (rank 0) writes, every process walks the parameters (gathering shards is collective under
-DeepSpeed ZeRO-3 and FSDP). The version names the run (a token rank 0 draws and broadcasts) and the sync count, so a
-server shared by mistake with another run, or left over from an earlier one, never passes as holding it.
+DeepSpeed ZeRO-3 and FSDP, and so is making a DTensor whole: a model sharded when it was loaded, as FSDP2 runs on
+CPU, yields its parameters as DTensors that TRL's walk leaves sharded). The version names the run (a token rank 0
+draws and broadcasts) and the sync count, so a server shared by mistake with another run, or left over from an
+earlier one, never passes as holding it.
 
 `ServerWeightSync.ensure`, called before every generation call, asks the server which version it serves
 (``GET /weight_info``, one cheap request). When that is not the trainer's version (after every `write`; after a
@@ -26,12 +28,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from typing import Any, NoReturn
 
 import requests
 import torch
+from torch.distributed.tensor import DTensor
 
 from maxent_grpo.training.generation.backends.http_deadline import TRANSIENT_ERRORS, Answer, exchange
 from maxent_grpo.training.generation.backends.protocol import GenerationStopped
@@ -60,6 +63,12 @@ class WeightsRefused(GenerationStopped):
 def parameters(model: torch.nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
     """The default `WeightSource`: ``model.named_parameters()`` (tied weights once)."""
     return model.named_parameters()
+
+
+def _whole(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Each tensor whole: a DTensor is gathered (a collective: every process walks the same tensors)."""
+    for name, tensor in named_tensors:
+        yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def _distributed() -> bool:
@@ -125,7 +134,7 @@ class ServerWeightSync:
             self._token = _shared_token()
         self._writes += 1
         version = f"{self._writes}-{self._token}"
-        tensors = self.source(model)
+        tensors = _whole(self.source(model))
         if self.pusher:
             self.directory.write(version, tensors)
         else:

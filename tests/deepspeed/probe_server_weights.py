@@ -1,0 +1,78 @@
+"""Run under `accelerate launch` with two gloo processes and a DeepSpeed ZeRO config (CPU): server mode with the disk
+weight transfer against the real vLLM server at BASE_URL, for the full model and for a LoRA adapter on it.
+
+Usage: probe_server_weights.py OUTPUT_DIR DEEPSPEED_CONFIG MODEL_DIR BASE_URL. Each process writes rank<r>.json: per
+run, its weight pushes and, after each generation call that brought completions back, the largest difference between
+the server's log-probs of a fixed text and the trained model's (its forward gathers the ZeRO-3 shards: every process
+runs it) and the initial model's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from maxent_grpo import MaxEntGRPOTrainer
+from maxent_grpo.cli.command import _end_training
+from tests.support.server_logprobs import PROBE_TEXT, ProbeAfterEachCall, model_logprobs
+from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
+
+LORA = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=0.0)
+
+
+def train(output_dir: Path, deepspeed_config: str, model_dir: str, base_url: str, initial: torch.Tensor, lora: bool):
+    config = tiny_config(
+        output_dir,
+        max_steps=3,
+        per_device_train_batch_size=6,  # groups of 4 straddle the two processes
+        learning_rate=5e-2,
+        bf16=False,
+        deepspeed=deepspeed_config,
+        use_vllm=True,
+        vllm_mode="server",
+        vllm_server_base_url=base_url,
+        vllm_weight_transfer="disk",
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)  # partitioned at load by ZeRO-3
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    trainer = MaxEntGRPOTrainer(
+        model=model,
+        reward_funcs=AlignedTextReward(),
+        args=config,
+        train_dataset=letter_dataset(24),
+        processing_class=tokenizer,
+        peft_config=LORA if lora else None,
+    )
+    backend = trainer.generation_backend
+    probe = ProbeAfterEachCall(backend, trainer.model, tokenizer, base_url, initial=initial)
+    trainer.train()
+    record = {
+        "zero_stage": trainer.accelerator.state.deepspeed_plugin.zero_stage,
+        "weight_pushes": backend.stats["weight_pushes"],
+        "to_current": probe.to_current,
+        "to_initial": probe.to_initial,
+        "version": backend.weight_version,
+    }
+    return trainer.accelerator, record
+
+
+def main(output_dir: Path, deepspeed_config: str, model_dir: str, base_url: str) -> None:
+    # Before any DeepSpeed config exists, so the model loads whole: the weights the server was started with.
+    plain = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    initial = model_logprobs(plain, AutoTokenizer.from_pretrained(model_dir)(PROBE_TEXT)["input_ids"])
+    del plain
+    runs: dict[str, Any] = {}
+    for name, lora in (("full", False), ("lora", True)):
+        accelerator, runs[name] = train(output_dir / name, deepspeed_config, model_dir, base_url, initial, lora)
+    (output_dir / f"rank{accelerator.process_index}.json").write_text(json.dumps(runs))
+    _end_training(accelerator)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4])

@@ -1,0 +1,113 @@
+"""`maxent-grpo vllm-serve` for real, on 127.0.0.1: it starts a vLLM server with the flags the disk transport needs,
+prints the URL once the server is ready, a trainer given that URL trains on-policy against it, and Ctrl-C ends the
+command and its server; a server that cannot start ends it with one line."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.e2e.cli_runner import executable
+from tests.support.real_vllm_server import free_port
+from tests.vllm.test_server_weights import server_mode_trainer
+
+VLLM_ARGS = ("--dtype", "float32", "--max-model-len", "128", "--enforce-eager")
+
+
+class Command:
+    """`maxent-grpo vllm-serve` as a subprocess in a session of its own, its output read line by line."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [executable("maxent-grpo"), "vllm-serve", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        """The first line holding ``text``; fails with the output so far when the output ends or time runs out."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.lines.append(line)
+            if text in line:
+                return line
+        pytest.fail(f"no line with {text!r} within {timeout} s; output:\n" + "\n".join(self.lines[-60:]))
+
+    def interrupt(self) -> int:
+        """Ctrl-C (SIGINT to the command's process group, as a terminal sends it); its exit code."""
+        os.killpg(self.process.pid, signal.SIGINT)
+        return self.process.wait(timeout=90)
+
+    def rest(self) -> list[str]:
+        while (line := self._queue.get(timeout=30)) is not None:
+            self.lines.append(line)
+        return self.lines
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def test_vllm_serve_prints_the_url_a_trainer_trains_on_policy_against_and_ctrl_c_ends_it(
+    vllm_model_dir: Path, tmp_path: Path
+):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = Command(str(vllm_model_dir), "--port", str(port), *VLLM_ARGS)
+    try:
+        ready = command.wait_for("vLLM server ready at", timeout=300)
+        print(ready)
+        assert ready.startswith(f"vLLM server ready at {url}: ")
+        assert f"vllm_server_base_url={url}" in ready and "vllm_weight_transfer='disk'" in ready
+        launched = command.lines[0]  # the server's command line, printed first
+        assert "--worker-extension-cls" in launched and "--logprobs-mode processed_logprobs" in launched
+
+        trainer = server_mode_trainer(vllm_model_dir, url, tmp_path, max_steps=2)
+        trainer.train()
+        backend = trainer.generation_backend
+        assert backend.stats["weight_pushes"] == 2  # the server took both versions: its flags are the right ones
+        assert requests.get(f"{url}/weight_info", timeout=10).json()["weight_version"] == backend.weight_version
+
+        assert command.interrupt() == 130
+        assert "maxent-grpo vllm-serve: interrupted" in command.rest()
+        with pytest.raises(requests.ConnectionError):  # the server went with it
+            requests.get(f"{url}/health", timeout=5)
+    finally:
+        command.close()
+
+
+def test_vllm_serve_of_a_model_that_cannot_be_loaded_ends_with_one_line(tmp_path: Path):
+    command = Command(str(tmp_path / "no-such-model"), "--port", str(free_port()), *VLLM_ARGS)
+    try:
+        assert command.process.wait(timeout=300) == 1
+        last = command.rest()[-1]
+        print(last)
+        assert last.startswith("maxent-grpo vllm-serve: error: the vLLM server exited with code ")
+    finally:
+        command.close()
