@@ -100,6 +100,26 @@ class MaxEntGRPOConfig(GRPOConfig):
         },
     )
 
+    # Tools and environments (episodes)
+    tool_timeout: float | None = field(
+        default=None,
+        metadata={
+            "help": "Seconds one tool call or environment call (`reset`, a tool method) may take. A call past it "
+            "fails its episode (the completion slot is retried from the start and, if still missing, its group "
+            "dropped); its late result is never used and its environment instance is not reused. None: wait, as TRL "
+            "does."
+        },
+    )
+    tool_error_policy: Literal["feedback", "retry"] = field(
+        default="feedback",
+        metadata={
+            "help": "What a tool call that raises does: 'feedback' (TRL's behaviour) returns {'error': ...} to the "
+            "model as the tool message and counts it in tools/failure_frequency; 'retry' fails the episode (retried "
+            "from the start for its slot, dropped with its group if still missing). An environment `reset` that "
+            "raises fails its episode under both."
+        },
+    )
+
     # Dynamic sampling (DAPO)
     dynamic_sampling: bool = field(
         default=False,
@@ -238,6 +258,8 @@ class MaxEntGRPOConfig(GRPOConfig):
             _fail("vllm_dtype", self.vllm_dtype, f"one of {VLLM_DTYPES}")
         if self.dynamic_sampling_at_cap not in ("train", "error"):
             _fail("dynamic_sampling_at_cap", self.dynamic_sampling_at_cap, "'train' or 'error'")
+        if self.tool_error_policy not in ("feedback", "retry"):
+            _fail("tool_error_policy", self.tool_error_policy, "'feedback' or 'retry'")
         if not self.dynamic_sampling_metric:
             _fail("dynamic_sampling_metric", self.dynamic_sampling_metric, "'sum' or a reward function name")
         self._validate_maxent_relations()

@@ -150,6 +150,7 @@ FIELD_RANGES: dict[str, Range] = {
     "vllm_request_timeout": _number(0, above=True),
     "vllm_request_attempts": _count(1),
     "dynamic_sampling_max_rounds": _count(1),
+    "tool_timeout": _number(0, above=True, optional=True),
     # MaxEntGRPOConfig: the listwise objective and its controllers
     "maxent_tau": _number(0),
     "maxent_tau_final": _number(0, above=True, optional=True),

@@ -27,9 +27,13 @@ from maxent_grpo.training.dynamic_sampling import DynamicSampler, merge_extra_lo
 from maxent_grpo.training.empty_batches import EmptyBatchGuard, NoUsableGenerationError
 from maxent_grpo.training.entropy_bonus import scaled_entropy_bonus
 from maxent_grpo.training.generation.backends import GenerationBackend, colocate_engine, trl_server_client
+from maxent_grpo.training.generation.backends.rollout_function import RolloutFunctionBackend
 from maxent_grpo.training.generation.backends.selection import build_backend, weight_transfer_name
 from maxent_grpo.training.generation.completion_check import CompletionCheck
 from maxent_grpo.training.generation.completion_format import format_completions
+from maxent_grpo.training.generation.episode_metrics import tool_metrics
+from maxent_grpo.training.generation.episode_setup import episode_settings, take_over_environments
+from maxent_grpo.training.generation.episodes import EpisodeBackend, EpisodePrompt
 from maxent_grpo.training.generation.rows import GeneratedRows
 from maxent_grpo.training.generation.step import GenerationStep, GroupAgreement
 from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
@@ -50,7 +54,10 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     Hooks overridden (everything else is TRL 1.16's `GRPOTrainer`):
 
     - `_generate`: asks the backend for each prompt group, retries short groups for their deficit, drops groups that
-      stay incomplete on every process alike, and returns TRL's tuple built from the backend's own prompt ids.
+      stay incomplete on every process alike, and returns TRL's tuple built from the backend's own prompt ids. With
+      ``tools`` or ``environment_factory`` each completion slot is a multi-turn episode whose every turn goes through
+      the backend (`training.generation.episodes`); a failed episode is a missing slot. A ``rollout_func`` is the
+      backend (`backends.rollout_function`).
     - `_calculate_rewards`: reward functions only ever see kept rows; dropped rows score NaN (unscorable). A reward
       function's return that TRL cannot train on (a wrong count, not a number, NaN, infinity) raises
       `RewardContractError` naming the function (`training.reward_contract`).
@@ -80,7 +87,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             with ``use_vllm`` the colocate or server backend over TRL's vLLM machinery.
         args: a `MaxEntGRPOConfig`; a plain `trl.GRPOConfig` (its values, MaxEnt fields at their defaults); or None,
             for the default `GRPOTrainer` would build (see `maxent_config_from`).
-        All other arguments are `GRPOTrainer`'s. Tools, environments and `rollout_func` are not supported.
+        All other arguments are `GRPOTrainer`'s, ``tools``, ``environment_factory`` and ``rollout_func`` included
+        (``rollout_func`` cannot be combined with ``generation_backend``, tools or environments, nor tools with
+        ``dynamic_sampling``).
     """
 
     def __init__(self, *args: Any, generation_backend: GenerationBackend | None = None, **kwargs: Any) -> None:
@@ -93,13 +102,15 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             positional[2] = maxent_config_from(positional[2], model)
         else:
             kwargs["args"] = maxent_config_from(kwargs.get("args"), model)
-        for unsupported in ("tools", "rollout_func", "environment_factory"):
-            if kwargs.get(unsupported) is not None:
-                raise ValueError(
-                    f"MaxEntGRPOTrainer does not support `{unsupported}`: its generation step is the backend + "
-                    "retry/drop pipeline. Use a custom `generation_backend` instead."
-                )
         config = positional[2] if len(positional) > 2 else kwargs["args"]
+        with_tools = bool(kwargs.get("tools")) or kwargs.get("environment_factory") is not None
+        if kwargs.get("rollout_func") is not None and (generation_backend is not None or with_tools):
+            raise ValueError(
+                "`rollout_func` is the generation backend: it cannot be combined with `generation_backend`, `tools` "
+                "or `environment_factory`."
+            )
+        if with_tools and config.dynamic_sampling:
+            raise ValueError("dynamic_sampling is not supported with `tools` or `environment_factory`.")
         colocate = config.use_vllm and config.vllm_mode == "colocate"
         if colocate and config.vllm_tensor_parallel_size > 1:
             raise ValueError("vllm_tensor_parallel_size > 1 is not supported by MaxEntGRPOTrainer's colocate backend.")
@@ -121,6 +132,18 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             raise TypeError(f"generation_backend {generation_backend!r} has no generate(prompts, counts) method.")
         check_tied_output_layer(self.model)
         self.generation_backend = generation_backend if generation_backend is not None else build_backend(self)
+        if self.rollout_func is not None:
+            self.generation_backend = RolloutFunctionBackend(
+                self.rollout_func,
+                self,
+                partial(self._tokenizer.decode, skip_special_tokens=True),
+                len(self._tokenizer),
+                weights=self.generation_backend,
+            )
+        self.environment_pool = take_over_environments(self)
+        self.episode_settings = (
+            episode_settings(self, self.environment_pool, self._context_length()) if self.tools else None
+        )
         self._last_loaded_step = getattr(self, "_last_loaded_step", -1)
         self._row_keep: list[bool] | None = None
         self._global_row_keep: torch.Tensor | None = None
@@ -190,19 +213,22 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         self._sync_backend_weights()
+        collectives = Collectives.of(self.accelerator)
+        check = CompletionCheck(
+            self._vocab_size, needs_logprobs=self.use_vllm and self.vllm_importance_sampling_correction
+        )
+        backend, requests = self._step_backend(copy.deepcopy(prompts), check, collectives)
         step = GenerationStep(
-            self.generation_backend,
-            check=CompletionCheck(
-                self._vocab_size, needs_logprobs=self.use_vllm and self.vllm_importance_sampling_correction
-            ),
-            collectives=Collectives.of(self.accelerator),
+            backend,
+            check=check,
+            collectives=collectives,
             group_size=group_size,
             max_retry_rounds=self.args.generation_max_retries,
             placeholder_prompt_id=self._tokenizer.pad_token_id,
             placeholder_completion_id=self.eos_token_ids[0],
             step_timeout=self.args.generation_step_timeout,
         )
-        batch = step.collect(copy.deepcopy(prompts))
+        batch = step.collect(requests)
         agreement = step.agree(batch)
         if self.dynamic_sampler is not None and mode == "train":
             refilled = step.refill(
@@ -232,13 +258,49 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._empty_batches.record(
             training=mode == "train", kept_any=kept_any, num_groups=len(agreement.group_kept), reasons=batch.reasons
         )
-        completions = self._format_completions(batch.prompts, rows)
-        tool_mask = rows.keep_as_tool_mask()
-        return rows.prompt_ids, rows.completion_ids, tool_mask, completions, rows.logprobs, {}, None, []
+        if isinstance(backend, EpisodeBackend):
+            # TRL scores each row with its prompt as the episode saw it (the reset observation appended) and hands
+            # reward functions each row's environment.
+            traces = rows.episodes
+            prompts[:] = [
+                prompt if trace is None else trace.prompt for prompt, trace in zip(prompts, traces, strict=True)
+            ]
+            self.environments = None if self.environment_pool is None else [t and t.environment for t in traces]
+            for name, value in tool_metrics(rows, backend.failures, collectives).items():
+                self._metrics[mode][name].append(value)
+        completions = self._format_completions(prompts, rows)
+        return rows.prompt_ids, rows.completion_ids, rows.tool_mask(), completions, rows.logprobs, {}, None, []
+
+    def _step_backend(
+        self, prompts: list, check: CompletionCheck, collectives: Collectives
+    ) -> tuple[GenerationBackend, list]:
+        """The backend this step collects from and what it is asked: the trainer's backend and the prompts, or, with
+        tools or environments, episodes run through it and the prompts with their dataset rows (`reset` arguments)."""
+        if self.episode_settings is None:
+            return self.generation_backend, prompts
+        if self.environment_pool is not None:
+            self.environment_pool.begin_step()
+        backend = EpisodeBackend(
+            self.generation_backend,
+            self.episode_settings,
+            environments=self.environment_pool,
+            check=check,
+            any_process=collectives.any,
+        )
+        return backend, [EpisodePrompt(prompt, row) for prompt, row in zip(prompts, self._current_inputs, strict=True)]
+
+    def _context_length(self) -> int:
+        """The longest sequence an episode's turn may reach: the engine's ``max_model_len``, else the model's."""
+        engine_length = getattr(self.generation_backend, "max_model_len", None)
+        if engine_length is not None:
+            return int(engine_length)
+        config = self.model.config
+        return int(getattr(config, "text_config", config).max_position_embeddings)
 
     def _format_completions(self, prompts: Sequence[Any], rows: GeneratedRows) -> list:
+        messages = [None if trace is None else trace.messages for trace in rows.episodes]
         return format_completions(
-            self._tokenizer, prompts, rows.prompt_ids, rows.completion_ids, rows.texts, rows.keep
+            self._tokenizer, prompts, rows.prompt_ids, rows.completion_ids, rows.texts, rows.keep, messages
         )
 
     def _score_rows(
@@ -281,6 +343,15 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: list) -> dict[str, Any]:
         self._current_inputs = inputs  # dynamic sampling replaces rows (prompt and columns together) in place
+        if self.environment_pool is not None:
+            # Episodes reset their own environments; `_generate` hands TRL this batch's, for reward functions.
+            self.environments = None
+            for row in inputs:  # a row naming an unknown environment is bad data, not a failed episode
+                self.environment_pool.name_of(row)
+            # An environment may own the data: its reset supplies the prompt.
+            inputs = [
+                row if "prompt" in row else {**row, "prompt": [{"role": "user", "content": ""}]} for row in inputs
+            ]
         with metric_restriction.completion_logs_of_one_batch(self._logs) as restrict_completion_logs:
             output = self._score_kept_rows(inputs)
             if self._global_row_keep is not None and not bool(self._global_row_keep.all()):

@@ -157,3 +157,21 @@ def test_a_process_without_kept_rows_still_calls_a_collective_reward_function(tm
         for reward, text in zip(batch["rewards"][:8], batch["texts"], strict=True):
             assert reward == pytest.approx(int(text[-1]) + 0.08)
         assert all(reward != reward for reward in batch["rewards"][8:])  # dropped rows are unscorable (NaN)
+
+
+@pytest.mark.parametrize("policy", ["feedback", "retry"])
+def test_tool_faults_on_one_process_keep_both_in_step(tmp_path, policy):
+    """Episodes whose tool hangs or raises (mostly on process 0) are retried or dropped alike on both processes: the
+    same backend calls, the same keep table, rows aligned (the reward checks), replicas equal."""
+    rank0, rank1 = _launch(tmp_path, policy, probe="probe_tools.py")
+    _assert_same_backend_calls(rank0, rank1)
+    for record0, record1 in zip(rank0["records"], rank1["records"], strict=True):
+        assert record0["global_keep"] == record1["global_keep"]
+        assert record0["keep"] == record0["global_keep"][:6] and record1["keep"] == record1["global_keep"][6:]
+    assert rank0["logs"][:-1] == rank1["logs"][:-1]  # the same (summed) metrics on both processes
+    steps = [entry for entry in rank0["logs"] if "tools/failed_episodes" in entry]
+    assert sum(entry["tools/failed_episodes"] for entry in steps) > 0
+    assert sum(entry["generation/retried_prompts"] for entry in steps) > 0
+    if policy == "feedback":
+        assert any(entry.get("tools/failure_frequency", 0) > 0 for entry in steps)
+    assert rank0["finite_params"] and rank0["checksum"] == pytest.approx(rank1["checksum"], abs=1e-9)

@@ -17,6 +17,7 @@ hold no kept row must leave every parameter exactly as it was.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 
@@ -505,3 +506,34 @@ def test_step_time_includes_the_window_generation_and_empty_windows_log_it_too(t
     step_times = [entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry]
     assert len(step_times) == 2
     assert all(seconds >= 2 * SlowBackend.seconds for seconds in step_times), step_times  # two calls per window
+
+
+class ToolMaskedBackend(TaggedBackend):
+    """The tagged backend, each completion's middle tokens marked as tool results (``tool_mask`` 0)."""
+
+    def _completion(self, prompt):
+        completion = super()._completion(prompt)
+        length = len(completion.completion_ids)
+        return dataclasses.replace(completion, tool_mask=[1] + [0] * (length - 2) + [1])
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+def test_tool_masks_and_drops_together_equal_the_kept_rows_alone(tmp_path, loss_type):
+    """Dropped rows and tool-result tokens are both kept out: the update is TRL's on the kept rows' model tokens."""
+    trainer = _train(
+        tmp_path,
+        loss_type=loss_type,
+        **DROPS["partial"],
+        steps_per_generation=2,
+        gradient_accumulation_steps=2,
+        backend_class=ToolMaskedBackend,
+    )
+    (window,) = trainer.windows
+    loss_masks = torch.cat([mb["tool_mask"] * mb["completion_mask"] for mb in window["micro_batches"]])
+    masks = torch.cat([mb["tool_mask"] for mb in window["micro_batches"]])
+    kept = torch.cat([_keep(mb) for mb in window["micro_batches"]])
+    assert kept.any() and not kept.all()
+    assert not bool(loss_masks[~kept].any())  # no token of a dropped row is trained on
+    assert bool((masks[kept][:, 1] == 0).all())  # a kept row keeps its own tool mask
+    gradient_error, update_error = _check_window(trainer, window)
+    assert gradient_error <= 1e-6 and update_error <= 1e-6, (gradient_error, update_error)

@@ -38,6 +38,8 @@ BASE = {"output_dir": "unused", "use_cpu": True, "report_to": "none", "per_devic
         ("kl_ctl_step_size", 1.5, "a number in (0, 1]"),
         ("dynamic_sampling_max_rounds", 0, "dynamic_sampling_max_rounds=0 is invalid"),
         ("dynamic_sampling_at_cap", "ignore", "'train' or 'error'"),
+        ("tool_timeout", 0.0, "tool_timeout=0.0 is invalid: expected None or a finite number"),
+        ("tool_error_policy", "ignore", "'feedback' or 'retry'"),
         ("beta", -0.5, "beta=-0.5 is invalid: expected a finite number >= 0"),
         ("learning_rate", -0.01, "learning_rate=-0.01 is invalid"),
         ("learning_rate", float("nan"), "learning_rate=nan is invalid"),

@@ -60,7 +60,7 @@ class CollectedGroups:
             completions discarded, backend calls that raised).
         reasons: human-readable causes seen while collecting (backend errors, invalid completions), for logs.
         calls: backend calls made (the same on every process for the same ``retry_limit``).
-        stopped: the message of the `GenerationStopped` a backend call raised (the step stops), or None.
+        stopped: the `GenerationStopped` a backend call raised (the step stops), or None.
     """
 
     groups: list[list[Completion]]
@@ -68,7 +68,7 @@ class CollectedGroups:
     stats: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAT_KEYS, 0))
     reasons: list[str] = field(default_factory=list)
     calls: int = 0
-    stopped: str | None = None
+    stopped: GenerationStopped | None = None
 
 
 class _BackendCaller:
@@ -84,7 +84,7 @@ class _BackendCaller:
         try:
             returned = self.backend.generate(list(prompts), list(counts))
         except GenerationStopped as error:  # not a missing-slot fault: the step stops once every process knows
-            self.result.stopped = str(error)
+            self.result.stopped = error
             return [[] for _ in prompts]
         except Exception as error:  # the protocol: any backend failure makes every slot of the call missing
             self.result.stats["backend_errors"] += 1

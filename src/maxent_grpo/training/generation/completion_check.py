@@ -36,4 +36,9 @@ class CompletionCheck:
             return f"prompt token id outside the vocabulary [0, {vocab_size})"
         if completion.logprobs is not None and len(completion.logprobs) != len(completion.completion_ids):
             return "logprobs length differs from completion length"
+        if completion.tool_mask is not None:
+            if len(completion.tool_mask) != len(completion.completion_ids):
+                return "tool_mask length differs from completion length"
+            if any(flag not in (0, 1) for flag in completion.tool_mask):
+                return "tool_mask holds values other than 0 and 1"
         return None

@@ -36,6 +36,7 @@ def format_completions(
     completion_ids: Sequence[Sequence[int]],
     texts: Sequence[str],
     keep: Sequence[bool],
+    messages: Sequence[list[dict[str, Any]] | None] | None = None,
 ) -> list:
     """Return one completion per row, as stock TRL passes it to reward functions.
 
@@ -47,12 +48,19 @@ def format_completions(
         texts: each row's decoded completion (special tokens skipped), [B].
         keep: whether a row is data, [B]. A dropped row holds placeholder ids, so it is never parsed: it gets an
             empty completion of the row format (``""``, or one assistant message with empty content).
+        messages: per row, its own messages (a tool-calling episode's turns and tool results, as TRL's tool loop
+            hands them to reward functions) or None, [B]; a kept row with messages gets them.
 
     Returns:
         For text prompts the texts (dropped rows emptied), else one ``[message]`` list per row.
     """
     if not prompts or not is_conversational({"prompt": prompts[0]}):
         return [text if kept else "" for text, kept in zip(texts, keep, strict=True)]
+    if messages is not None and any(row is not None for row in messages):
+        return [
+            list(row) if kept and row is not None else [{"role": "assistant", "content": text if kept else ""}]
+            for row, text, kept in zip(messages, texts, keep, strict=True)
+        ]
     if not _has_response_parser(tokenizer):
         return [
             [{"role": "assistant", "content": text if kept else ""}] for text, kept in zip(texts, keep, strict=True)

@@ -48,14 +48,17 @@ class LocalBatch:
         self.backend_calls += collected.calls
 
     def row_table(self) -> list[list[int]]:
-        """Per row: [complete, prompt length, completion length, last completion id] (zeros and -1 when incomplete)."""
+        """Per row: [complete, prompt length, completion length, last completion id] (zeros and -1 when incomplete).
+
+        The completion length counts the tokens the model wrote (``tool_mask`` 1), as TRL's length metrics do."""
         table = []
         for run, group, complete in zip(self.runs, self.groups, self.complete, strict=True):
             for k in range(len(run)):
                 if complete:
                     completion = group[k]
-                    table.append([1, len(completion.prompt_ids), len(completion.completion_ids),
-                                  completion.completion_ids[-1]])  # fmt: skip
+                    mask = completion.tool_mask
+                    length = len(completion.completion_ids) if mask is None else sum(mask)
+                    table.append([1, len(completion.prompt_ids), length, completion.completion_ids[-1]])
                 else:
                     table.append([0, 0, 0, -1])
         return table

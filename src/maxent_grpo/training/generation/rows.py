@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.episode_trace import EpisodeTrace
 
 
 def local_runs(num_rows: int, row_offset: int, group_size: int) -> list[range]:
@@ -40,6 +41,8 @@ class GeneratedRows:
         texts: decoded completions, [B]; "" for dropped rows.
         logprobs: sampler log-probs [B][C_i], or None when any kept row lacks them.
         keep: whether the row is data, [B]; False rows never reach rewards or the loss.
+        tool_masks: per row, its completion's `Completion.tool_mask` ([C_i], 0 on tool-result tokens) or None, [B].
+        episodes: per row, its `EpisodeTrace` (a tool-calling episode) or None, [B]; None for dropped rows.
     """
 
     prompt_ids: list[list[int]]
@@ -47,13 +50,19 @@ class GeneratedRows:
     texts: list[str]
     logprobs: list[list[float]] | None
     keep: list[bool]
+    tool_masks: list[list[int] | None]
+    episodes: list[EpisodeTrace | None]
 
-    def keep_as_tool_mask(self) -> list[list[int]] | None:
-        """The keep mask per completion token, [B][C_i], as TRL's ``tool_mask`` (None when every row is kept): rows of
-        dropped groups reach TRL's loss masked out, and are then cut out of it (`training.kept_rows`)."""
-        if all(self.keep):
+    def tool_mask(self) -> list[list[int]] | None:
+        """TRL's ``tool_mask``, [B][C_i]: a kept row's own mask (tool-result tokens 0, all ones when it has none), a
+        dropped row all zeros; None when every row is kept and none has a mask. Rows of dropped groups thus reach
+        TRL's loss masked out, and are then cut out of it (`training.kept_rows`)."""
+        if all(self.keep) and all(mask is None for mask in self.tool_masks):
             return None
-        return [[int(kept)] * len(ids) for kept, ids in zip(self.keep, self.completion_ids, strict=True)]
+        return [
+            ([1] * len(ids) if mask is None else list(mask)) if kept else [0] * len(ids)
+            for kept, ids, mask in zip(self.keep, self.completion_ids, self.tool_masks, strict=True)
+        ]
 
 
 def assemble_rows(
@@ -76,6 +85,8 @@ def assemble_rows(
     completion_ids: list[list[int]] = []
     texts: list[str] = []
     logprobs: list[list[float] | None] = []
+    tool_masks: list[list[int] | None] = []
+    episodes: list[EpisodeTrace | None] = []
     for run, group in zip(runs, groups, strict=True):
         fallback_prompt = list(group[0].prompt_ids) if group else [placeholder_prompt_id]
         for position, row in enumerate(run):
@@ -87,11 +98,23 @@ def assemble_rows(
                 completion_ids.append(list(completion.completion_ids))
                 texts.append(completion.text)
                 logprobs.append(None if completion.logprobs is None else list(completion.logprobs))
+                tool_masks.append(None if completion.tool_mask is None else list(completion.tool_mask))
+                episodes.append(completion.episode)
             else:
                 prompt_ids.append(fallback_prompt)
                 completion_ids.append([placeholder_completion_id])
                 texts.append("")
                 logprobs.append([0.0])
+                tool_masks.append(None)
+                episodes.append(None)
     kept_logprobs = [lp for lp, k in zip(logprobs, keep, strict=True) if k]
     all_logprobs = None if any(lp is None for lp in kept_logprobs) else logprobs
-    return GeneratedRows(prompt_ids, completion_ids, texts, all_logprobs, list(keep))  # type: ignore[arg-type]
+    return GeneratedRows(
+        prompt_ids,
+        completion_ids,
+        texts,
+        all_logprobs,
+        list(keep),
+        tool_masks,
+        episodes,  # type: ignore[arg-type]
+    )

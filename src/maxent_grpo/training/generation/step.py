@@ -129,7 +129,10 @@ class GenerationStep:
                 deadline=self.deadline,
             )
         if self.collectives.any(collected.stopped is not None):
-            stopped = [message for message in self.collectives.gather_object([collected.stopped]) if message]
+            local = None if collected.stopped is None else str(collected.stopped)
+            stopped = [message for message in self.collectives.gather_object([local]) if message]
+            if collected.stopped is not None:
+                raise collected.stopped  # its own type (`BackendContractError` is also a ValueError)
             raise GenerationStopped(stopped[0])
         batch.merge(run_indices, collected)
 

@@ -92,3 +92,13 @@ def test_dropped_rows_are_never_parsed(monkeypatch):
         [{"role": "assistant", "content": ""}],
         [{"role": "assistant", "reasoning_content": "Why.", "content": "Because."}],
     ]
+
+
+def test_an_episode_row_gets_its_own_messages():
+    tokenizer = reasoning_tokenizer("qwen3")
+    prompts = [[{"role": "user", "content": "hi"}]] * 3
+    turns = [{"role": "assistant", "content": ""}, {"role": "tool", "name": "f", "content": "1"}]
+    completions = format_completions(
+        tokenizer, prompts, [[5]] * 3, [[7]] * 3, ["a", "b", ""], [True, True, False], [turns, None, None]
+    )
+    assert completions == [turns, [{"role": "assistant", "content": "b"}], [{"role": "assistant", "content": ""}]]

@@ -64,3 +64,22 @@ def test_assemble_rows_without_logprobs_and_errors():
         assemble_rows(runs, [[]], [True], placeholder_prompt_id=0, placeholder_completion_id=7)
     with pytest.raises(ValueError, match="keep has 2 entries for 1 rows"):
         assemble_rows(runs, no_logprobs, [True, True], placeholder_prompt_id=0, placeholder_completion_id=7)
+
+
+def test_keep_and_tool_masks_combine():
+    def completion(mask):
+        return Completion("t", [1], [5, 6, 7], tool_mask=mask)
+
+    groups = [[completion([1, 0, 1]), completion(None)], [completion([1, 1, 0]), completion([1, 1, 0])]]
+    rows = assemble_rows(
+        [range(0, 2), range(2, 4)],
+        groups,
+        [True, True, False, False],
+        placeholder_prompt_id=0,
+        placeholder_completion_id=1,
+    )
+    assert rows.tool_mask() == [[1, 0, 1], [1, 1, 1], [0], [0]]  # a dropped row is all zeros, whatever its mask
+    untouched = assemble_rows(
+        [range(0, 1)], [[completion(None)]], [True], placeholder_prompt_id=0, placeholder_completion_id=1
+    )
+    assert untouched.tool_mask() is None  # TRL's None when nothing is masked

@@ -8,6 +8,8 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 from trl.data_utils import is_conversational
 
+from maxent_grpo.training.generation.backends.protocol import TokenPrompt
+
 
 def encode_prompts(
     tokenizer: PreTrainedTokenizerBase,
@@ -17,10 +19,13 @@ def encode_prompts(
     """Tokenize TRL prompts the way ``GRPOTrainer._tokenize_prompts`` does for text-only data.
 
     Plain-text prompts are encoded with the tokenizer's defaults; conversational prompts (lists of messages) go through
-    the chat template with a generation prompt appended. Returns one list of ids per prompt.
+    the chat template with a generation prompt appended; `TokenPrompt` ids are taken as they are (all prompts of a call
+    are of one kind). Returns one list of ids per prompt.
     """
     if not prompts:
         return []
+    if isinstance(prompts[0], TokenPrompt):
+        return [list(prompt.ids) for prompt in prompts]
     if is_conversational({"prompt": prompts[0]}):
         encoded = tokenizer.apply_chat_template(
             list(prompts),

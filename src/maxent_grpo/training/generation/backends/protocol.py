@@ -4,7 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from maxent_grpo.training.generation.episode_trace import EpisodeTrace
+
+
+@dataclass(frozen=True, slots=True)
+class TokenPrompt:
+    """A prompt given as the exact token ids to condition on: every turn of a tool-calling episode reaches the backend
+    this way (the first turn rendered with the tool schema, later turns the episode so far plus the tool results).
+
+    A backend generates from ``ids`` as they are (no chat template, no re-tokenization) and reports what it really
+    conditioned on as the completion's ``prompt_ids``; an episode whose later turn comes back with other prompt ids
+    fails (its slot is retried).
+
+    Attributes:
+        ids: the prompt's token ids, [P].
+    """
+
+    ids: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +36,10 @@ class Completion:
         completion_ids: sampled token ids, EOS included when generation stopped on it. Shape [C].
         logprobs: per-token log-probabilities of ``completion_ids`` under the sampler, or None. Shape [C].
         failed: True when the backend knows this completion is unusable (it counts as missing and is retried).
+        tool_mask: per completion token, 1 where the model wrote it and 0 where it came from outside (a tool result,
+            an environment's feedback), or None when the model wrote every token. Shape [C]. Tokens marked 0 are not
+            trained on and do not count in completion lengths.
+        episode: the turns, tool results and environment of a tool-calling episode, or None for a single turn.
     """
 
     text: str
@@ -24,6 +47,8 @@ class Completion:
     completion_ids: list[int]
     logprobs: list[float] | None = None
     failed: bool = False
+    tool_mask: list[int] | None = None
+    episode: EpisodeTrace | None = None
 
     def to_trl_payload(self) -> dict[str, Any]:
         """Return the token-level payload in the shape TRL's ``_generate`` produces for one row."""
@@ -36,14 +61,20 @@ class GenerationStopped(RuntimeError):
     generation step stops on every process with its message (one line)."""
 
 
+class BackendContractError(GenerationStopped, ValueError):
+    """A backend (or a ``rollout_func``) returned something that cannot be rows: a programming error, not a fault of
+    one call, so training stops (on every process) instead of retrying."""
+
+
 @runtime_checkable
 class GenerationBackend(Protocol):
     """Anything that turns unique prompts and per-prompt counts into grouped completions.
 
-    ``generate(prompts, counts)`` receives TRL prompts (text or chat messages), one per unique prompt, and how many
-    completions each still needs. It returns one list per prompt, aligned with ``prompts``. A group may be shorter than
-    asked (the missing slots are retried), never longer (extra completions are trimmed). Raising makes every slot of
-    the call missing for this round, except `GenerationStopped`, which stops training.
+    ``generate(prompts, counts)`` receives TRL prompts (text or chat messages, or `TokenPrompt` ids when the trainer
+    has tools or environments), one per unique prompt, and how many completions each still needs. It returns one list
+    per prompt, aligned with ``prompts``. A group may be shorter than asked (the missing slots are retried), never
+    longer (extra completions are trimmed). Raising makes every slot of the call missing for this round, except
+    `GenerationStopped`, which stops training.
 
     ``generate`` may be called with empty lists: every process makes the same sequence of calls in a step (a process
     whose groups are all complete still takes part in a retry round that another process needs), so a backend whose

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.backends.protocol import Completion, TokenPrompt
 
 if TYPE_CHECKING:
     from trl import GRPOTrainer
@@ -17,7 +17,8 @@ class TransformersBackend:
     Prompts are tokenized by the trainer's `_tokenize_prompts` and sampled by its `_generate_single_turn` (left
     padding, the trainer's generation config, everything after the first EOS masked, DeepSpeed/FSDP unwrapping), so
     with the same seed and the same rows it returns token-for-token what stock `GRPOTrainer` generates. Each unique
-    prompt is repeated ``counts[i]`` times in one batched `generate` call. It reuses TRL's private methods on purpose:
+    prompt is repeated ``counts[i]`` times in one batched `generate` call; `TokenPrompt` ids (an episode's turns) are
+    generated from as they are, as TRL's tool loop does. It reuses TRL's private methods on purpose:
     they are the reference behaviour this backend must match, and TRL is pinned to 1.16.x.
     """
 
@@ -34,7 +35,10 @@ class TransformersBackend:
             if self._generation_is_collective():
                 self._take_part_without_prompts()
             return groups
-        prompt_ids, images, multimodal_fields = trainer._tokenize_prompts(rows)
+        if isinstance(rows[0], TokenPrompt):
+            prompt_ids, images, multimodal_fields = [list(row.ids) for row in rows], None, {}
+        else:
+            prompt_ids, images, multimodal_fields = trainer._tokenize_prompts(rows)
         completion_ids, logprobs = trainer._generate_single_turn(prompt_ids, images, multimodal_fields, max(counts))
         texts = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
         row = 0

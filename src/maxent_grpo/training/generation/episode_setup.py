@@ -1,0 +1,77 @@
+"""Build episodes' settings and environment pool from what TRL 1.16's `GRPOTrainer.__init__` prepared.
+
+TRL's init already does the tool work worth keeping: it probes each environment (``reset`` required, its public
+methods become tools, a ``get_reward`` becomes a reward function named after the class), sets the tokenizer's response
+parser (`add_response_schema`), swaps in a prefix-preserving training chat template where needed, checks the template
+can render tool calls and starts the event loop async tools run on. These functions only read that state; the
+per-row environment resets TRL would do before generating are taken over by the episodes (`take_over_environments`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from trl.chat_template_utils import parse_response
+
+from maxent_grpo.training.generation.environments import EnvironmentPool
+from maxent_grpo.training.generation.episodes import EpisodeSettings
+from maxent_grpo.training.generation.tool_calls import ToolCallPolicy
+
+if TYPE_CHECKING:
+    from trl import GRPOTrainer
+
+
+def take_over_environments(trainer: GRPOTrainer) -> EnvironmentPool | None:
+    """The trainer's environments as a pool for episodes (None without ``environment_factory``).
+
+    Sets the trainer's ``environment_factories`` to None, so that TRL's ``_generate_and_score_completions`` neither
+    draws nor resets instances per row: each episode draws and resets its own (and a retried episode a fresh one).
+    """
+    factories = trainer.environment_factories
+    if factories is None:
+        return None
+    pool = EnvironmentPool(
+        factories,
+        trainer._environment_pool,
+        multi=trainer._multi_environment,
+        timeout=trainer.args.tool_timeout,
+        loop=getattr(trainer, "async_loop", None),
+    )
+    trainer.environment_factories = None
+    return pool
+
+
+def episode_settings(
+    trainer: GRPOTrainer, environments: EnvironmentPool | None, max_model_len: int
+) -> EpisodeSettings:
+    """TRL's rendering, parsing and tool-suffix ids, its tools and limits, and the tool policy of ``trainer.args``."""
+    tokenizer = trainer._tokenizer
+
+    def render(messages: list[dict[str, Any]], tools: list[Any]) -> list[int]:
+        tokenized = trainer.processing_class.apply_chat_template(
+            conversation=[messages],
+            tools=tools or None,  # as TRL: some templates render tool boilerplate for tools=[]
+            chat_template=trainer.chat_template,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+            **trainer.chat_template_kwargs,
+        )
+        return list(tokenized["input_ids"][0])
+
+    def parse(ids: list[int], prefix: list[int], tools: list[Any]) -> dict[str, Any]:
+        return parse_response(tokenizer, ids, prefix=prefix, tools=tools)
+
+    schema_tools = dict(trainer._env_tools) if environments is not None else {None: list(trainer.tools)}
+    args = trainer.args
+    return EpisodeSettings(
+        render=render,
+        parse=parse,
+        tool_suffix_ids=trainer._get_tool_suffix_ids,
+        tools=list(trainer._standalone_tools),
+        schema_tools=schema_tools,
+        max_iterations=trainer.max_tool_calling_iterations,
+        max_completion_length=trainer.max_completion_length,
+        max_model_len=max_model_len,
+        policy=ToolCallPolicy(args.tool_timeout, args.tool_error_policy, getattr(trainer, "async_loop", None)),
+    )
