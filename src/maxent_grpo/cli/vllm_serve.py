@@ -16,6 +16,7 @@ Arguments after the model are passed on to vLLM unchanged (``--dtype``, ``--max-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ from maxent_grpo.training.generation.backends.server_reload_extension import EXT
 
 WEIGHT_TRANSFERS = ("disk", "nccl")
 _POLL_SECONDS = 1.0
+_GRACE_SECONDS = 30.0
 
 
 def serve_command(
@@ -107,8 +109,11 @@ def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str
     every_address = options.host in ("0.0.0.0", "::")
     base_url = f"http://{'127.0.0.1' if every_address else options.host}:{options.port}"
     print(" ".join(command), flush=True)
-    process = subprocess.Popen(command, env=serve_environment(os.environ, options.weight_transfer))
-    # SIGTERM (a job scheduler, `kill`) ends the command the way Ctrl-C does, so the server goes with it.
+    # The server and its engine process in a process group of their own, ended together by `_stop`; SIGTERM (a job
+    # scheduler, `kill`) ends this command the way Ctrl-C does, so the server goes with it.
+    process = subprocess.Popen(
+        command, env=serve_environment(os.environ, options.weight_transfer), start_new_session=True
+    )
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         problem = wait_until_ready(process, base_url, options.ready_timeout)
@@ -124,10 +129,15 @@ def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str
         return code, None if code == 0 else f"the vLLM server at {base_url} exited with code {code}"
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        _stop(process)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGINT to the server's process group (vLLM shuts down cleanly on it), SIGKILL to what is left after a grace
+    period (the engine process outlives a server that died)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=_GRACE_SECONDS)
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
