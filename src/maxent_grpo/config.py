@@ -197,7 +197,8 @@ class MaxEntGRPOConfig(GRPOConfig):
     maxent_target_weight_entropy: float | None = field(
         default=None,
         metadata={
-            "help": "Target mean weight entropy (nats) the tau controller steers toward. None: tau stays fixed."
+            "help": "Target mean weight entropy (nats) the tau controller steers toward; it replaces the anneal, so "
+            "set maxent_tau_final=None with it. None: no controller."
         },
     )
     maxent_tau_lr: float = field(default=0.05, metadata={"help": "Step size of the log-tau controller (> 0)."})
