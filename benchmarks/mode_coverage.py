@@ -4,10 +4,10 @@ Task: the prompt "pick a vowel:" and a reward of 1 when the completion's first n
 lower-case vowel (`vowel_start_reward`), so there are five equally good answers. The tiny offline Qwen2 model of
 `maxent_grpo.tiny_model` (hidden size 64, one layer; character-level tokenizer, so the first token is the first
 character) is trained from the same random initialisation per seed by stock TRL `GRPOTrainer` and by
-`MaxEntGRPOTrainer` with ``maxent_objective="listwise"``, ``maxent_mode_key="first_token"`` and the MaxEnt
-schedule all single-prompt benchmarks share (`maxent_grpo.bench.single_prompt.MAXENT_SCHEDULE`: tau annealed from
-``--tau`` (0.25) to 0.003 over the whole run, ``maxent_q_temperature=1``, ``maxent_q_epsilon=0``; the default
-``maxent_mode_probability="count"``, because a first character spans many completions). Both use one group of 16
+`MaxEntGRPOTrainer` with ``maxent_objective="listwise"``, ``maxent_mode_key="first_token"`` and nothing else: the
+config defaults (tau annealed from 0.25 to 0.003 over the whole run, ``maxent_q_temperature=1``,
+``maxent_q_epsilon=0``, ``maxent_mode_probability="count"``, right here because a first character spans many
+completions), unless ``--maxent FIELD=VALUE`` overrides a field. Both use one group of 16
 completions of at most 2 tokens per step (only the first character is scored), learning rate 3e-3 with TRL's default
 linear decay, beta 0, sampling temperature 1.0, 300 steps. Runs are interleaved (seed 0 GRPO, seed 0 MaxEnt,
 seed 1 GRPO, ...) in one process so machine drift hits both.
@@ -18,7 +18,7 @@ and seed (and the mean over seeds) the mean reward and the normalized answer ent
 distribution of first characters restricted to the five vowels, divided by ln 5 (1.0: all five vowels equally
 likely; 0.0: a single vowel).
 
-    python benchmarks/mode_coverage.py [--steps 300] [--seeds 3] [--tau 0.25] [--samples 512]
+    python benchmarks/mode_coverage.py [--steps 300] [--seeds 3] [--samples 512] [--maxent FIELD=VALUE ...]
                                        [--output-dir DIR | --update-results]
 
 It writes ``mode_coverage.json`` (settings, final figures per run, mean curves) and ``mode_coverage.png`` (reward
@@ -59,7 +59,6 @@ from transformers.utils import logging as hf_logging
 
 from maxent_grpo.bench.output import add_output_arguments
 from maxent_grpo.bench.single_prompt import (
-    MAXENT_SCHEDULE,
     METHODS,
     SMOOTHING_WINDOW,
     SinglePromptTask,
@@ -69,14 +68,10 @@ from maxent_grpo.bench.single_prompt import (
 )
 from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
 
-# Fixed settings of the experiment (the CLI exposes steps, seeds, the initial tau, samples and the output directory).
-# The shared MaxEnt schedule; a mode (the first character) spans many 2-token completions, so its probability under
-# the policy is not known from the sampled ones and the group share estimates it (maxent_mode_probability="count").
-TASK = SinglePromptTask(
-    prompt="pick a vowel:",
-    mode_key="first_token",
-    maxent_settings={key: value for key, value in MAXENT_SCHEDULE.items() if key != "maxent_tau"},
-)
+# Fixed settings of the experiment (the CLI exposes steps, seeds, MaxEnt overrides, samples and the output directory).
+# MaxEnt at the config defaults; a mode (the first character) spans many 2-token completions, so its probability under
+# the policy is not known from the sampled ones and the group share estimates it (the default "count").
+TASK = SinglePromptTask(prompt="pick a vowel:", mode_key="first_token")
 VOWEL_SET = frozenset(VOWELS)
 LABELS = {"grpo": "GRPO (stock TRL)", "maxent": "MaxEnt listwise (first_token modes)"}
 COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "mode_coverage"
@@ -140,15 +135,7 @@ def plot_curves(curves: dict[str, dict[str, list[list[float]]]], path: Path) -> 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_run_arguments(
-        parser, maxent_help="MaxEntGRPOConfig override (repeatable; --tau sets maxent_tau unless this does)"
-    )
-    parser.add_argument(
-        "--tau",
-        type=float,
-        default=MAXENT_SCHEDULE["maxent_tau"],
-        help="MaxEnt entropy temperature tau at the start of the anneal",
-    )
+    add_run_arguments(parser, maxent_help="MaxEntGRPOConfig override, repeatable")
     parser.add_argument("--samples", type=int, default=512, help="answers sampled per trained model")
     add_output_arguments(parser, "mode_coverage", COMMITTED_OUTPUT_DIR)
     return parser.parse_args(argv)
@@ -159,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     hf_logging.set_verbosity_error()
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    maxent = {"maxent_tau": args.tau, **dict(args.maxent)}
+    maxent = dict(args.maxent)
 
     runs: list[dict[str, Any]] = []
     curves: dict[str, dict[str, list[list[float]]]] = {m: {"reward": [], "entropy": []} for m in METHODS}
@@ -223,10 +210,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "samples": args.samples,
             **TASK.training_settings(),
             "per_device_train_batch_size": TASK.num_generations,
-            "maxent_tau": maxent["maxent_tau"],
-            **TASK.maxent_settings,
-            "maxent_mode_key": TASK.mode_key,
-            "maxent_overrides": dict(args.maxent),
+            **TASK.maxent_run_settings(maxent),
+            "maxent_overrides": maxent,
         },
         "runs": runs,
         "summary": summary,

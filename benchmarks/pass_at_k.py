@@ -6,9 +6,9 @@ Completions are at most 2 tokens. The tiny offline Qwen2 model of `maxent_grpo.t
 uses a character-level tokenizer over the digits and "=" only (14 tokens with pad, EOS and BOS), so a random model
 samples a correct answer about once in 22 tries and both methods have something to learn from from the first step.
 Per seed the same initialisation is trained by stock TRL `GRPOTrainer` and by `MaxEntGRPOTrainer` with
-``maxent_objective="listwise"``, ``maxent_mode_key="last_line"`` (the stripped answer), the MaxEnt schedule of
-`benchmarks/mode_coverage.py` (`maxent_grpo.bench.single_prompt.MAXENT_SCHEDULE`: tau annealed from 0.25 to 0.003
-over the whole run, ``maxent_q_temperature=1``, ``maxent_q_epsilon=0``) and ``maxent_mode_probability="policy"``
+``maxent_objective="listwise"``, ``maxent_mode_key="last_line"`` (the stripped answer), the config defaults for the
+rest (tau annealed from 0.25 to 0.003 over the whole run, ``maxent_q_temperature=1``, ``maxent_q_epsilon=0``) and
+``maxent_mode_probability="policy"``
 (an answer is the whole completion, so the policy's probability of it is exact), unless ``--maxent FIELD=VALUE``
 overrides a field (for example ``--maxent maxent_mode_probability=count``, or ``--maxent maxent_tau=0.5 --maxent
 maxent_tau_final=null`` for a fixed tau). Both use one group of 16 completions per step, learning rate 3e-3 with
@@ -54,7 +54,6 @@ from transformers.utils import logging as hf_logging
 from maxent_grpo.bench.output import add_output_arguments
 from maxent_grpo.bench.pass_at_k import pass_at_k
 from maxent_grpo.bench.single_prompt import (
-    MAXENT_SCHEDULE,
     METHODS,
     SMOOTHING_WINDOW,
     SinglePromptTask,
@@ -64,13 +63,13 @@ from maxent_grpo.bench.single_prompt import (
 )
 from maxent_grpo.rewards import completion_text
 
-# The shared MaxEnt schedule of the single-prompt benchmarks; an answer is the whole completion, so its probability
-# under the policy is known exactly and the mode weights are importance-corrected (maxent_mode_probability="policy").
+# MaxEnt at the config defaults; an answer is the whole completion, so its probability under the policy is known
+# exactly and the mode weights are importance-corrected (maxent_mode_probability="policy").
 TASK = SinglePromptTask(
     prompt="10=",
     mode_key="last_line",
     alphabet="0123456789=",
-    maxent_settings={**MAXENT_SCHEDULE, "maxent_mode_probability": "policy"},
+    maxent_settings={"maxent_mode_probability": "policy"},
 )
 CORRECT = frozenset(f"{a}{10 - a}" for a in range(1, 10))
 LABELS = {"grpo": "GRPO (stock TRL)", "maxent": "MaxEnt listwise (last_line modes)"}
@@ -200,8 +199,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "seeds": args.seeds,
             "samples": args.samples,
             **TASK.training_settings(),
-            "maxent_mode_key": TASK.mode_key,
-            **TASK.maxent_settings,
+            **TASK.maxent_run_settings(maxent),
             "maxent_overrides": maxent,
         },
         "runs": runs,

@@ -157,19 +157,22 @@ class MaxEntGRPOConfig(GRPOConfig):
         },
     )
     maxent_tau: float = field(
-        default=1.0,
-        metadata={"help": "Entropy temperature tau >= 0 (initial value when the tau controller is on)."},
+        default=0.25,
+        metadata={
+            "help": "Entropy temperature tau >= 0: where the anneal to maxent_tau_final starts, the fixed tau when "
+            "maxent_tau_final is None, or the initial value when the tau controller is on."
+        },
     )
     maxent_tau_final: float | None = field(
-        default=None,
+        default=0.003,
         metadata={
             "help": "Anneal tau geometrically from maxent_tau to this value (> 0) over the first "
             "maxent_tau_anneal_fraction of max_steps, then hold it (deterministic annealing: explore early, converge "
-            "late). None: no schedule."
+            "late). None: no schedule (a fixed tau, or the tau controller's)."
         },
     )
     maxent_tau_anneal_fraction: float = field(
-        default=0.5,
+        default=1.0,
         metadata={"help": "Fraction in (0, 1] of max_steps over which tau is annealed to maxent_tau_final."},
     )
     maxent_q_temperature: float = field(
@@ -214,7 +217,8 @@ class MaxEntGRPOConfig(GRPOConfig):
     maxent_target_weight_entropy: float | None = field(
         default=None,
         metadata={
-            "help": "Target mean weight entropy (nats) the tau controller steers toward. None: tau stays fixed."
+            "help": "Target mean weight entropy (nats) the tau controller steers toward; it replaces the anneal, so "
+            "set maxent_tau_final=None with it. None: no controller."
         },
     )
     maxent_tau_lr: float = field(default=0.05, metadata={"help": "Step size of the log-tau controller (> 0)."})
@@ -270,9 +274,17 @@ class MaxEntGRPOConfig(GRPOConfig):
             _fail("maxent_objective", self.maxent_objective, f"one of {OBJECTIVES}")
         if self.maxent_tau_final is not None:
             if not self.maxent_tau > 0:
-                _fail("maxent_tau", self.maxent_tau, "a number > 0 when maxent_tau_final is set")
+                _fail(
+                    "maxent_tau",
+                    self.maxent_tau,
+                    "a number > 0 when maxent_tau_final is set (for a fixed tau = 0, set maxent_tau_final=None)",
+                )
             if self.maxent_target_weight_entropy is not None:
-                _fail("maxent_tau_final", self.maxent_tau_final, "None when maxent_target_weight_entropy is set")
+                _fail(
+                    "maxent_tau_final",
+                    self.maxent_tau_final,
+                    "None when maxent_target_weight_entropy is set (the tau controller and the anneal both set tau)",
+                )
         if self.maxent_mode_probability not in MODE_PROBABILITIES:
             _fail("maxent_mode_probability", self.maxent_mode_probability, f"one of {MODE_PROBABILITIES}")
         if self.maxent_mode_probability == "policy" and self.maxent_mode_key is None:

@@ -306,6 +306,7 @@ def test_listwise_policy_mode_probabilities_leave_dropped_rows_out(
         maxent_mode_key="last_line",
         maxent_mode_probability="policy",
         maxent_tau=0.0,
+        maxent_tau_final=None,
     )
     (window,) = trainer.windows
     advantages = torch.cat([mb["advantages"].flatten() for mb in window["micro_batches"]])

@@ -95,6 +95,7 @@ def _prefixed_vowel_step(tmp_path, model_dir, **config) -> AdvantageRecorder:
         PrefixedVowelBackend,
         num_generations=8,
         maxent_tau=0.0,
+        maxent_tau_final=None,
         maxent_mode_key="first_token",
         **config,
     )
@@ -130,6 +131,7 @@ def test_listwise_advantages_replace_grpo_and_are_logged(tmp_path):
         num_generations=8,
         maxent_objective="listwise",
         maxent_tau=0.5,
+        maxent_tau_final=None,
         maxent_mode_key="first_token",
         maxent_mode_coverage_threshold=1.0,
     )
@@ -187,6 +189,7 @@ def test_controllers_continue_after_resume(tmp_path, tiny_model_dir):
             num_generations=8,
             maxent_objective="listwise",
             maxent_tau=1.0,
+            maxent_tau_final=None,
             maxent_target_weight_entropy=0.5,
             maxent_tau_lr=0.5,
             beta=0.05,

@@ -128,8 +128,8 @@ def test_a_mapping_is_refused_by_every_checked_field(field):
 
 def test_edge_values_inside_the_ranges_pass():
     edges = {"max_steps": 1, "num_generations": 2, "top_p": 1.0, "top_k": -1, "learning_rate": 0.0, "seed": 0,
-             "maxent_tau": 0.0, "maxent_q_epsilon": 0.0, "kl_ctl_step_size": 1.0, "generation_max_retries": 0,
-             "max_grad_norm": None}  # fmt: skip
+             "maxent_tau": 0.0, "maxent_tau_final": None, "maxent_q_epsilon": 0.0, "kl_ctl_step_size": 1.0,
+             "generation_max_retries": 0, "max_grad_norm": None}  # fmt: skip
     config = MaxEntGRPOConfig(**{**BASE, **edges})
     assert (config.max_steps, config.num_generations, config.top_k) == (1, 2, -1)
     assert MaxEntGRPOConfig(**BASE).max_steps == -1  # -1: train for num_train_epochs
@@ -143,15 +143,32 @@ def test_cross_field_rules():
     with pytest.raises(ValueError, match=r"beta=0.0 is invalid.*kl_target"):
         MaxEntGRPOConfig(**BASE, beta=0.0, kl_target=0.1)
     with pytest.raises(ValueError, match=r"maxent_tau=5.0 is invalid.*maxent_target_weight_entropy"):
-        MaxEntGRPOConfig(**BASE, maxent_tau=5.0, maxent_tau_max=2.0, maxent_target_weight_entropy=1.0)
+        MaxEntGRPOConfig(
+            **BASE, maxent_tau=5.0, maxent_tau_final=None, maxent_tau_max=2.0, maxent_target_weight_entropy=1.0
+        )
     with pytest.raises(ValueError, match=r"maxent_tau_final=0.0 is invalid: expected None or a finite number > 0"):
         MaxEntGRPOConfig(**BASE, maxent_tau_final=0.0)
     with pytest.raises(ValueError, match=r"maxent_tau=0.0 is invalid.*maxent_tau_final"):
         MaxEntGRPOConfig(**BASE, maxent_tau=0.0, maxent_tau_final=0.1)
     with pytest.raises(ValueError, match=r"maxent_tau_final=0.1 is invalid.*maxent_target_weight_entropy"):
         MaxEntGRPOConfig(**BASE, maxent_tau_final=0.1, maxent_target_weight_entropy=1.0)
+    with pytest.raises(ValueError, match=r"maxent_tau_final=0.003 is invalid.*maxent_target_weight_entropy"):
+        MaxEntGRPOConfig(**BASE, maxent_target_weight_entropy=1.0)  # the default anneal: the controller needs None
     with pytest.raises(ValueError, match=r"maxent_mode_probability='policy' is invalid: expected 'count' when maxent"):
         MaxEntGRPOConfig(**BASE, maxent_mode_probability="policy")
+
+
+def test_the_default_listwise_objective_anneals_tau_from_0_25_to_0_003_over_the_whole_run():
+    config = MaxEntGRPOConfig(**BASE, maxent_objective="listwise", maxent_mode_key="last_line")
+    assert (config.maxent_tau, config.maxent_tau_final, config.maxent_tau_anneal_fraction) == (0.25, 0.003, 1.0)
+    assert (config.maxent_mode_probability, config.maxent_q_temperature, config.maxent_q_epsilon) == (
+        "count",
+        1.0,
+        0.0,
+    )
+    fixed = MaxEntGRPOConfig(**BASE, maxent_tau=0.0, maxent_tau_final=None, maxent_target_weight_entropy=None)
+    assert (fixed.maxent_tau, fixed.maxent_tau_final) == (0.0, None)
+    assert MaxEntGRPOConfig(**BASE, maxent_tau_final=None, maxent_target_weight_entropy=1.0).maxent_tau == 0.25
 
 
 def test_good_values_pass():

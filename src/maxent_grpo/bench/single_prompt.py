@@ -28,16 +28,17 @@ from maxent_grpo.trainer import MaxEntGRPOTrainer
 #: The compared methods, in the order runs are interleaved per seed: stock TRL GRPO, then MaxEnt listwise.
 METHODS = ("grpo", "maxent")
 
-#: The MaxEnt settings every single-prompt benchmark shares (no per-task tuning): tau annealed geometrically from 0.25
-#: to 0.003 over the whole run, reward softmax at temperature 1 without smoothing. Each task adds its mode key and,
-#: by the rule of `maxent_mode_probability`, "policy" when an answer is one whole completion, else "count".
-MAXENT_SCHEDULE = {
-    "maxent_tau": 0.25,
-    "maxent_tau_final": 0.003,
-    "maxent_tau_anneal_fraction": 1.0,
-    "maxent_q_temperature": 1.0,
-    "maxent_q_epsilon": 0.0,
-}
+#: The `MaxEntGRPOConfig` fields of the target's temperatures. The benchmarks leave them at the config defaults (tau
+#: annealed geometrically from 0.25 to 0.003 over the whole run, reward softmax at temperature 1 without smoothing)
+#: and record them with their figures; each task adds its mode key and, by the rule of `maxent_mode_probability`,
+#: "policy" when an answer is one whole completion.
+SCHEDULE_FIELDS = (
+    "maxent_tau",
+    "maxent_tau_final",
+    "maxent_tau_anneal_fraction",
+    "maxent_q_temperature",
+    "maxent_q_epsilon",
+)
 
 
 #: Steps of the trailing moving average the benchmarks' reward curves are drawn with (and summarised over).
@@ -116,6 +117,11 @@ class SinglePromptTask:
     max_completion_length: int = 2
     temperature: float = 1.0
     beta: float = 0.0
+
+    def maxent_run_settings(self, maxent: Mapping[str, Any]) -> dict[str, Any]:
+        """The MaxEnt fields a run with the overrides ``maxent`` uses: the schedule's defaults, the task's settings."""
+        defaults = {name: getattr(MaxEntGRPOConfig, name) for name in SCHEDULE_FIELDS}
+        return {"maxent_mode_key": self.mode_key, **defaults, **self.maxent_settings, **maxent}
 
     def training_settings(self) -> dict[str, Any]:
         """The fixed training settings both methods run with, as the benchmarks' JSON records them."""

@@ -43,3 +43,18 @@ def test_smooth_is_a_trailing_moving_average() -> None:
 
     assert smooth([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
     assert smooth([], 3) == []
+
+
+def test_maxent_run_settings_record_the_config_defaults_under_the_tasks_settings_and_overrides() -> None:
+    from maxent_grpo.bench.single_prompt import SinglePromptTask
+
+    task = SinglePromptTask(prompt="10=", mode_key="last_line", maxent_settings={"maxent_mode_probability": "policy"})
+    assert task.maxent_run_settings({"maxent_tau_final": None}) == {
+        "maxent_mode_key": "last_line",
+        "maxent_tau": 0.25,
+        "maxent_tau_final": None,
+        "maxent_tau_anneal_fraction": 1.0,
+        "maxent_q_temperature": 1.0,
+        "maxent_q_epsilon": 0.0,
+        "maxent_mode_probability": "policy",
+    }

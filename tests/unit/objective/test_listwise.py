@@ -103,9 +103,9 @@ def test_kl_values_are_kept_only_for_the_beta_controller() -> None:
 @pytest.mark.parametrize(
     ("settings", "warns"),
     [
-        ({"maxent_tau": 0.25}, True),
-        ({"maxent_tau": 0.05}, False),
-        ({"maxent_tau": 0.25, "maxent_tau_final": 0.003}, False),
+        ({"maxent_tau": 0.25, "maxent_tau_final": None}, True),
+        ({"maxent_tau": 0.05, "maxent_tau_final": None}, False),
+        ({"maxent_tau": 0.25}, False),  # the default anneal to 0.003
         ({"maxent_tau": 0.25, "maxent_mode_probability": "count"}, False),
     ],
 )

@@ -1,0 +1,346 @@
+"""The reasoning boundary: held-out pass@k of a pretrained base, and of GRPO, TRL's entropy options and MaxEnt from it.
+
+Task (`maxent_grpo.bench.digit_sums`): a prompt "ab=" asks for two digits that sum to a + b; one to ten of the hundred
+two-digit answers are correct (graded difficulty: one for "00=", ten for a sum of 9). 76 prompts are trained on; 24
+are held out: 20 that share the training prompts' sums, and the 6 prompts of the hardest sums (0, 1, 17, 18: one or
+two answers), whose answers no training prompt has (two of them are among the 20).
+
+Base model: per seed, the tiny offline Qwen2 model (`maxent_grpo.tiny_model`, hidden size 64, one layer, character
+tokenizer over the digits and "=") is pre-trained in-process by a short supervised run (`PRETRAIN_STEPS` AdamW steps)
+on a synthetic corpus of the training prompts: 70% correct answers with a Zipf preference in an order drawn per
+prompt, 30% random wrong pairs. It solves prompts sometimes, held-out ones too, with broad but imperfect coverage.
+
+From that base, with the same budget (``--steps`` optimizer steps of ``--prompts-per-step`` prompts x 8 completions of
+2 tokens, learning rate 1e-3 with TRL's linear decay, beta 0, temperature 1): stock TRL GRPO; GRPO with TRL's
+adaptive entropy bonus (``entropy_coef=0.01``, ``use_adaptive_entropy=True``, ``entropy_target=1.0``,
+``entropy_coef_max=0.1``); GRPO on the top 20% tokens by entropy (``top_entropy_quantile=0.2``); and MaxEnt
+listwise with the config defaults (only ``maxent_objective="listwise"`` and ``maxent_mode_key="last_line"`` set, plus
+any ``--maxent FIELD=VALUE`` override). Runs are interleaved per seed in one process so machine drift hits all.
+
+After training, ``--samples`` (n, default 1024) answers per held-out prompt are sampled from every model; with c of
+them correct, pass@k = 1 - C(n - c, k) / C(n, k) (Chen et al. 2021, `maxent_grpo.bench.pass_at_k`), averaged over the
+held-out prompts, for k = 1, 4, 16, 64, 256, and the distinct correct answers per held-out prompt among the n. The
+training reward curve is the mean reward of each step's scored groups.
+
+    python benchmarks/reasoning_boundary.py [--seeds 3] [--steps 500] [--samples 1024] [--methods ...]
+                                            [--maxent FIELD=VALUE ...] [--output-dir DIR | --update-results]
+
+It writes ``reasoning_boundary.json`` (settings; per method ``pass_at_k``, k as a string -> mean over seeds, with the
+per-seed values, distinct correct answers and the final training reward; every run; mean reward curves) and
+``reasoning_boundary.png`` (training reward; held-out pass@k against k) into the output directory
+(``outputs/benchmarks/reasoning_boundary`` by default; ``--update-results`` replaces the committed
+``benchmarks/results/reasoning_boundary``, which the README shows) and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import torch
+from datasets import Dataset
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, PrinterCallback
+from transformers.utils import logging as hf_logging
+from trl import GRPOConfig, GRPOTrainer
+
+from maxent_grpo.bench.digit_sums import correct_answers, heldout_prompts, is_correct, sample_corpus, training_prompts
+from maxent_grpo.bench.output import add_output_arguments
+from maxent_grpo.bench.pass_at_k import mean_pass_at_k
+from maxent_grpo.bench.single_prompt import SMOOTHING_WINDOW, StepRecorder, maxent_override, smooth
+from maxent_grpo.config import MaxEntGRPOConfig
+from maxent_grpo.rewards import completion_text
+from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
+from maxent_grpo.trainer import MaxEntGRPOTrainer
+
+COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "reasoning_boundary"
+KS = (1, 4, 16, 64, 256)
+ALPHABET = "0123456789="
+HIDDEN_SIZE = 64
+NUM_LAYERS = 1
+COMPLETION_LENGTH = 2
+NUM_GENERATIONS = 8
+LEARNING_RATE = 1e-3
+
+#: The base model's supervised run: corpus per training prompt, its wrong share and skew, steps and batch.
+CORPUS = {"per_prompt": 64, "wrong_fraction": 0.3, "zipf_exponent": 1.0}
+PRETRAIN_STEPS = 300
+PRETRAIN_BATCH = 256
+PRETRAIN_LR = 3e-3
+
+#: Per method: the trainer ("grpo": stock TRL, "maxent": MaxEntGRPOTrainer) and the config fields it adds.
+METHODS: dict[str, tuple[str, dict[str, Any]]] = {
+    "grpo": ("grpo", {}),
+    "grpo_entropy": (
+        "grpo",
+        {"entropy_coef": 0.01, "use_adaptive_entropy": True, "entropy_target": 1.0, "entropy_coef_max": 0.1},
+    ),
+    "grpo_top_entropy": ("grpo", {"top_entropy_quantile": 0.2}),
+    "maxent": ("maxent", {"maxent_objective": "listwise", "maxent_mode_key": "last_line"}),
+}
+LABELS = {
+    "base": "base (supervised only)",
+    "grpo": "GRPO (stock TRL)",
+    "grpo_entropy": "GRPO + adaptive entropy_coef",
+    "grpo_top_entropy": "GRPO + top_entropy_quantile=0.2",
+    "maxent": "MaxEnt listwise (defaults)",
+}
+
+
+def digit_sum_reward(completions: list, prompts: list, **kwargs: Any) -> list[float]:
+    """1.0 when the completion, whitespace stripped, is two digits that sum to the prompt's two digits; else 0.0."""
+    return [
+        float(is_correct(completion_text(p), completion_text(c))) for p, c in zip(prompts, completions, strict=True)
+    ]
+
+
+def pretrain_base(tokenizer: PreTrainedTokenizerBase, seed: int) -> PreTrainedModel:
+    """The seed's base model: the tiny model after a short supervised run on the corpus (loss on the answer only)."""
+    model = build_tiny_model(
+        tokenizer, seed=seed, hidden_size=HIDDEN_SIZE, num_layers=NUM_LAYERS, max_completion_length=COMPLETION_LENGTH
+    )
+    corpus = sample_corpus(training_prompts(), seed=seed, **CORPUS)
+    ids = torch.tensor([tokenizer(prompt + answer)["input_ids"] for prompt, answer in corpus])
+    labels = ids.clone()
+    labels[:, : ids.shape[1] - COMPLETION_LENGTH] = -100
+    optimizer = torch.optim.AdamW(model.parameters(), lr=PRETRAIN_LR)
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    for _ in range(PRETRAIN_STEPS):
+        batch = torch.randint(len(corpus), (PRETRAIN_BATCH,), generator=generator)
+        loss = model(input_ids=ids[batch], labels=labels[batch]).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    return model
+
+
+def train(
+    base: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    method: str,
+    seed: int,
+    args: argparse.Namespace,
+    recorder: StepRecorder,
+) -> PreTrainedModel:
+    """A copy of ``base`` trained by ``method`` on the training prompts."""
+    kind, settings = METHODS[method]
+    if kind == "maxent":
+        settings = {**settings, **dict(args.maxent)}
+    batch = args.prompts_per_step * NUM_GENERATIONS
+    with tempfile.TemporaryDirectory() as output_dir:
+        fields: dict[str, Any] = {
+            "output_dir": output_dir,
+            "per_device_train_batch_size": batch,
+            "num_generations": NUM_GENERATIONS,
+            "max_completion_length": COMPLETION_LENGTH,
+            "temperature": 1.0,
+            "max_steps": args.steps,
+            "learning_rate": LEARNING_RATE,
+            "beta": 0.0,
+            "logging_steps": args.steps,
+            "save_strategy": "no",
+            "report_to": "none",
+            "use_cpu": True,
+            "seed": seed,
+            "dataloader_num_workers": 0,
+            "disable_tqdm": True,
+            **settings,
+        }
+        config_class, trainer_class = (
+            (GRPOConfig, GRPOTrainer) if kind == "grpo" else (MaxEntGRPOConfig, MaxEntGRPOTrainer)
+        )
+        trainer = trainer_class(
+            model=copy.deepcopy(base),
+            reward_funcs=recorder,
+            args=config_class(**fields),
+            train_dataset=Dataset.from_dict({"prompt": list(training_prompts())}),
+            processing_class=tokenizer,
+        )
+        trainer.remove_callback(PrinterCallback)
+        trainer.train()
+    return trainer.model
+
+
+@torch.no_grad()
+def sample(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], n: int, seed: int
+) -> list[list[str]]:
+    """``n`` answers per prompt, sampled at temperature 1 as in training; the global RNG is left untouched."""
+    model.eval()
+    ids = torch.tensor([tokenizer(p)["input_ids"] for p in prompts]).repeat_interleave(n, dim=0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        output = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            max_new_tokens=COMPLETION_LENGTH,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    texts = tokenizer.batch_decode(output[:, ids.shape[1] :], skip_special_tokens=True)
+    return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def evaluate(prompts: Sequence[str], answers: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """Mean pass@k over ``prompts`` for every k of `KS`, and distinct correct answers per prompt (count and share)."""
+    counts, distinct, share = [], [], []
+    for prompt, group in zip(prompts, answers, strict=True):
+        correct = {a.strip() for a in group if is_correct(prompt, a)}
+        counts.append((len(group), sum(is_correct(prompt, a) for a in group)))
+        distinct.append(len(correct))
+        share.append(len(correct) / len(correct_answers(prompt)))
+    return {
+        "pass_at_k": {str(k): mean_pass_at_k(counts, k) for k in KS},
+        "distinct_correct": statistics.fmean(distinct),
+        "distinct_correct_share": statistics.fmean(share),
+    }
+
+
+def plot(summary: Mapping[str, Any], curves: Mapping[str, list[list[float]]], path: Path) -> None:
+    """Left: training reward per step (mean over seeds, smoothed). Right: held-out pass@k against k per method."""
+    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
+    for method, figures in summary.items():
+        ks = [int(k) for k in figures["pass_at_k"]]
+        style = "k--" if method == "base" else "-"
+        right.plot(ks, list(figures["pass_at_k"].values()), style, marker="o", label=LABELS[method])
+        if method in curves:
+            by_step = list(zip(*(smooth(c, SMOOTHING_WINDOW) for c in curves[method]), strict=True))
+            left.plot(range(1, len(by_step) + 1), [statistics.fmean(v) for v in by_step], label=LABELS[method])
+    left.set(title="training reward (mean of the step's groups)", xlabel="step")
+    right.set(title="held-out pass@k (mean over seeds)", xlabel="k", xscale="log", ylim=(-0.02, 1.02))
+    right.set_xticks(list(KS), [str(k) for k in KS])
+    for axis in (left, right):
+        axis.grid(alpha=0.3)
+        axis.legend(loc="lower right", fontsize="small")
+    figure.suptitle(
+        f"two digits summing to a + b: {len(training_prompts())} training prompts, {len(heldout_prompts())} held out"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0 .. seeds-1)")
+    parser.add_argument("--steps", type=int, default=500, help="optimizer steps per RL run")
+    parser.add_argument("--prompts-per-step", type=int, default=8, help="prompt groups per optimizer step")
+    parser.add_argument("--samples", type=int, default=1024, help="answers sampled per held-out prompt (n >= 256)")
+    parser.add_argument(
+        "--maxent",
+        action="append",
+        type=maxent_override,
+        default=[],
+        metavar="FIELD=VALUE",
+        help="MaxEntGRPOConfig override of the MaxEnt run (repeatable), e.g. maxent_mode_probability=policy",
+    )
+    parser.add_argument(
+        "--methods", nargs="+", choices=list(METHODS), default=list(METHODS), help="RL methods to run (default: all)"
+    )
+    add_output_arguments(parser, "reasoning_boundary", COMMITTED_OUTPUT_DIR)
+    args = parser.parse_args(argv)
+    if args.samples < max(KS):
+        parser.error(f"--samples must be at least {max(KS)}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the experiment, print the table, write the JSON and the PNG; return the JSON's content."""
+    args = parse_args(argv)
+    hf_logging.set_verbosity_error()
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tiny_tokenizer(ALPHABET)
+    heldout = heldout_prompts()
+    runs: list[dict[str, Any]] = []
+    curves: dict[str, list[list[float]]] = {m: [] for m in args.methods}
+    started = time.perf_counter()
+    for seed in range(args.seeds):
+        for method in ["base", *args.methods]:
+            run_start = time.perf_counter()
+            if method == "base":
+                model = base = pretrain_base(tokenizer, seed)
+            else:
+                recorder = StepRecorder(digit_sum_reward)
+                model = train(base, tokenizer, method, seed, args, recorder)
+                curves[method].append(recorder.rewards)
+            figures = evaluate(heldout, sample(model, tokenizer, heldout, args.samples, 1000 + seed))
+            seconds = time.perf_counter() - run_start
+            runs.append({"method": method, "seed": seed, "seconds": round(seconds, 1), **figures})
+            cells = " ".join(f"{v:.3f}" for v in figures["pass_at_k"].values())
+            print(
+                f"seed {seed} {method:<17} {seconds:6.1f}s: held-out pass@{','.join(map(str, KS))} {cells}, "
+                f"distinct correct {figures['distinct_correct']:.2f}",
+                flush=True,
+            )
+
+    summary: dict[str, dict[str, Any]] = {}
+    for method in ["base", *args.methods]:
+        mine = [r for r in runs if r["method"] == method]
+        summary[method] = {
+            "pass_at_k": {str(k): statistics.fmean(r["pass_at_k"][str(k)] for r in mine) for k in KS},
+            "pass_at_k_per_seed": {str(k): [r["pass_at_k"][str(k)] for r in mine] for k in KS},
+            "distinct_correct": statistics.fmean(r["distinct_correct"] for r in mine),
+            "distinct_correct_per_seed": [r["distinct_correct"] for r in mine],
+            "distinct_correct_share": statistics.fmean(r["distinct_correct_share"] for r in mine),
+        }
+        if method in curves:
+            final = [statistics.fmean(c[-SMOOTHING_WINDOW:]) for c in curves[method]]
+            summary[method]["final_training_reward"] = statistics.fmean(final)
+    header = "".join(f"{'pass@' + str(k):>10}" for k in KS)
+    print(
+        f"\nheld-out prompts: {len(heldout)}, n = {args.samples} samples each; distinct = distinct correct per prompt"
+    )
+    print(f"{'method':<34}{header}{'distinct':>10}{'train reward':>14}")
+    for method, figures in summary.items():
+        cells = "".join(f"{v:>10.3f}" for v in figures["pass_at_k"].values())
+        reward = figures.get("final_training_reward")
+        reward_cell = "" if reward is None else f"{reward:>14.3f}"
+        print(f"{LABELS[method]:<34}{cells}{figures['distinct_correct']:>10.2f}{reward_cell}")
+
+    result = {
+        "settings": {
+            "seeds": args.seeds,
+            "steps": args.steps,
+            "prompts_per_step": args.prompts_per_step,
+            "num_generations": NUM_GENERATIONS,
+            "learning_rate": LEARNING_RATE,
+            "samples": args.samples,
+            "training_prompts": len(training_prompts()),
+            "heldout_prompts": list(heldout),
+            "model": {"hidden_size": HIDDEN_SIZE, "num_layers": NUM_LAYERS, "alphabet": ALPHABET},
+            "pretrain": {**CORPUS, "steps": PRETRAIN_STEPS, "batch": PRETRAIN_BATCH, "learning_rate": PRETRAIN_LR},
+            "methods": {m: METHODS[m][1] for m in args.methods},
+            "maxent_overrides": dict(args.maxent),
+        },
+        "summary": summary,
+        "runs": runs,
+        "reward_curves_mean_over_seeds": {
+            m: [round(statistics.fmean(v), 4) for v in zip(*curves[m], strict=True)] for m in args.methods
+        },
+        "total_seconds": round(time.perf_counter() - started, 1),
+    }
+    (args.output_dir / "reasoning_boundary.json").write_text(json.dumps(result, indent=1) + "\n")
+    plot(summary, curves, args.output_dir / "reasoning_boundary.png")
+    print(f"total {result['total_seconds']:.0f}s; wrote {args.output_dir / 'reasoning_boundary.json'} and the PNG")
+    return result
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)  # the model is tiny: more threads only add contention on a small machine
+    main()
