@@ -142,7 +142,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             )
         self.environment_pool = take_over_environments(self)
         self.episode_settings = (
-            episode_settings(self, self.environment_pool, self._context_length()) if self.tools else None
+            episode_settings(self, self.environment_pool, self._context_length())
+            if self.tools or self.environment_pool is not None
+            else None
         )
         self._last_loaded_step = getattr(self, "_last_loaded_step", -1)
         self._row_keep: list[bool] | None = None

@@ -5,12 +5,14 @@ thread, so a sync call with a limit runs on its own daemon thread: past the limi
 the thread is left to finish on its own (a daemon thread does not keep the process alive), its result discarded.
 Because that thread may still change the object it was called on, a caller must not reuse an environment whose call
 timed out. A coroutine function runs on the trainer's event loop (TRL's daemon loop for async tools and rewards);
-with a limit it is cancelled when the limit passes.
+with a limit it is cancelled when the limit passes, and its result is not waited for past it (even when the
+coroutine blocks the loop).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import threading
 from collections.abc import Callable
@@ -39,7 +41,11 @@ def bounded_call(
         if timeout is None:
             return asyncio.run_coroutine_threadsafe(function(**kwargs), loop).result()
         future = asyncio.run_coroutine_threadsafe(_within(function(**kwargs), timeout), loop)
-        timed_out, value = future.result()
+        try:  # bounded here too: a coroutine that blocks the loop (a sync call inside it) keeps `_within` from firing
+            timed_out, value = future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            timed_out, value = True, None
         if timed_out:
             raise CallTimedOut(f"{function.__name__} took longer than {timeout} s")
         return value

@@ -111,7 +111,8 @@ class EpisodeBackend:
 
     A group comes back without its failed episodes. ``failures`` counts them by cause ("tool": a tool or environment
     fault; "backend": a turn the backend did not deliver), over this object's life (one generation step).
-    `GenerationStopped` from the backend goes through. ``stats`` and ``set_deadline`` are the backend's.
+    `GenerationStopped` from the backend goes through once every round is over. ``stats`` and ``set_deadline`` are
+    the backend's.
     """
 
     def __init__(
@@ -129,6 +130,7 @@ class EpisodeBackend:
         self.check = check
         self.any_process = any_process
         self.failures: dict[FailureCause, int] = {"tool": 0, "backend": 0}
+        self._kept: Exception | None = None
         self.stats = getattr(backend, "stats", None)
         set_deadline = getattr(backend, "set_deadline", None)
         if set_deadline is not None:
@@ -148,6 +150,7 @@ class EpisodeBackend:
         while rounds < self.settings.max_iterations and self.any_process(any(e.pending for e in live.values())):
             self._tool_round(live)
             rounds += 1
+        self._raise_kept()
         groups: list[list[Completion]] = [[] for _ in prompts]
         for position, owner in enumerate(owners):
             if position in live:
@@ -167,7 +170,13 @@ class EpisodeBackend:
         )
 
     def _guarded(self, action: Callable[[], Any], episode: _Episode | None = None) -> Any:
-        """``action()``, or None when it raised `EpisodeFailed` (counted; an abandoned environment is let go)."""
+        """``action()``, or None when it raised (counted; an abandoned environment is let go).
+
+        Nothing an episode raises leaves `generate` early: its rounds are collective, so a process that left them
+        would pair its next collective with another process's round. `EpisodeFailed` is a missing slot; any other
+        exception (an environment factory or chat template that raises) is one too, counted as a tool or
+        environment fault and logged with its type.
+        """
         try:
             return action()
         except EpisodeFailed as failure:
@@ -176,22 +185,34 @@ class EpisodeBackend:
                 self.environments.abandon(episode.environment)
             logger.warning("Episode failed (%s fault): %s; its slot is retried.", failure.cause, failure)
             return None
+        except Exception as error:  # see the docstring: the rounds go on, the slot is missing
+            self.failures["tool"] += 1
+            logger.warning("Episode failed: %s: %s; its slot is retried.", type(error).__name__, error)
+            return None
 
     def _call(self, prompts: list[TokenPrompt], counts: list[int]) -> list[list[Completion]] | None:
-        """One backend call (made even when empty); None when it raised (every episode in it fails)."""
+        """One backend call (made even when empty); None when it raised (every episode in it fails). A
+        `GenerationStopped` or a broken contract is kept and raised once every round is over (`_raise_kept`)."""
         try:
             returned = self.backend.generate(prompts, counts)
-        except GenerationStopped:
-            raise
+        except GenerationStopped as stop:
+            self._kept = self._kept or stop
+            return None
         except Exception as error:  # the protocol: a raising call makes its slots missing
             logger.warning("Generation backend raised %s in an episode turn: %s", type(error).__name__, error)
             return None
         if len(returned) != len(prompts):
-            raise BackendContractError(
+            self._kept = self._kept or BackendContractError(
                 f"Generation backend {type(self.backend).__name__} returned {len(returned)} groups for "
                 f"{len(prompts)} prompts; a backend must return exactly one (possibly short) group per prompt."
             )
+            return None
         return returned
+
+    def _raise_kept(self) -> None:
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            raise kept
 
     def _turn(self, completion: Completion | None, sent: list[int] | None) -> Completion:
         """A turn's completion, or `EpisodeFailed` when it is missing, unusable or conditioned on other ids."""
@@ -208,8 +229,9 @@ class EpisodeBackend:
         """Render and generate every episode's first turn (one call, episodes with equal prompt ids grouped)."""
         rendered: dict[tuple[int, ...], list[int]] = {}
         for position, episode in enumerate(episodes):
-            ids = tuple(self.settings.render(episode.prompt, episode.schema))
-            rendered.setdefault(ids, []).append(position)
+            ids = self._guarded(lambda e=episode: tuple(self.settings.render(e.prompt, e.schema)), episode)
+            if ids is not None:
+                rendered.setdefault(ids, []).append(position)
         keys = list(rendered)
         returned = self._call([TokenPrompt(ids) for ids in keys], [len(rendered[ids]) for ids in keys])
         live: dict[int, _Episode] = {}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from maxent_grpo import Completion, TokenPrompt
-from maxent_grpo.training.generation.backends.protocol import BackendContractError
+from maxent_grpo.training.generation.backends.protocol import BackendContractError, GenerationStopped
 from maxent_grpo.training.generation.completion_check import CompletionCheck
 from maxent_grpo.training.generation.episodes import EpisodeBackend, EpisodePrompt, EpisodeSettings
 from maxent_grpo.training.generation.tool_calls import ToolCallPolicy
@@ -181,3 +181,45 @@ def test_a_backend_returning_the_wrong_number_of_groups_stops_training():
 
     with pytest.raises(BackendContractError, match="returned 0 groups for 1 prompts"):
         _backend(Broken([])).generate([EpisodePrompt(PROMPT, {})], [1])
+
+
+@pytest.mark.parametrize("fault", ["stopped", "wrong group count", "environment raises"])
+def test_a_fault_in_an_episode_never_leaves_the_collective_rounds_early(fault):
+    """Another process still has tool calls for two rounds: this one joins both (empty calls), whatever went wrong on
+    its side, and only then raises what stops training (or leaves the slot missing)."""
+
+    class Faulty(Script):
+        def generate(self, prompts, counts):
+            self.asked.append([tuple(p.ids) for p in prompts])
+            if fault == "stopped":
+                raise GenerationStopped("the server refuses the weights")
+            if fault == "wrong group count":
+                return []
+            return [[] for _ in prompts]
+
+    rounds: list[bool] = []
+
+    def any_process(flag: bool) -> bool:
+        rounds.append(flag)
+        return len(rounds) <= 2
+
+    def broken_template(messages, tools):
+        raise RuntimeError("template broke")
+
+    overrides = {"render": broken_template} if fault == "environment raises" else {}
+    script = Faulty([])
+    backend = EpisodeBackend(
+        script,
+        _settings(max_iterations=5, **overrides),
+        environments=None,
+        check=CompletionCheck(100),
+        any_process=any_process,
+    )
+    if fault == "environment raises":
+        assert backend.generate([EpisodePrompt(PROMPT, {})], [1]) == [[]]
+        assert backend.failures["tool"] == 1
+    else:
+        expected = GenerationStopped if fault == "stopped" else BackendContractError
+        with pytest.raises(expected):
+            backend.generate([EpisodePrompt(PROMPT, {})], [1])
+    assert len(rounds) == 3 and len(script.asked) == 3  # the first turn and the two rounds, then the check ending them

@@ -39,7 +39,12 @@ async def async_stalls(x: int) -> int:
     return x
 
 
-TOOLS = {tool.__name__: tool for tool in (double, broken, stalls, async_double, async_stalls)}
+async def async_blocks(x: int) -> int:
+    time.sleep(1)  # a sync call inside a coroutine: the loop itself is held
+    return x
+
+
+TOOLS = {tool.__name__: tool for tool in (double, broken, stalls, async_double, async_stalls, async_blocks)}
 
 
 @pytest.fixture
@@ -77,7 +82,7 @@ def test_retry_policy_fails_the_episode_on_a_raising_call():
     assert failure.value.cause == "tool" and not failure.value.abandoned
 
 
-@pytest.mark.parametrize("name", ["stalls", "async_stalls"])
+@pytest.mark.parametrize("name", ["stalls", "async_stalls", "async_blocks"])
 def test_a_call_past_the_time_limit_fails_the_episode_under_either_policy(loop, name):
     started = time.monotonic()
     with pytest.raises(EpisodeFailed, match=r"longer than 0\.2 s") as failure:

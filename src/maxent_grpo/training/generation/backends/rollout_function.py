@@ -7,6 +7,10 @@ Here it is called with each prompt repeated for the slots still missing, and eac
 is a missing slot (`CompletionCheck`), retried like any other. A return whose keys or row count are wrong is a
 programming error and stops training with `BackendContractError` (a ``ValueError``, as TRL raises on missing keys).
 Extra keys are not passed to reward functions (not supported here).
+
+Every process calls ``rollout_func`` in every round of a generation step, with an empty list when it has no slot
+missing: a ``rollout_func`` that makes collective calls (TRL's ``trainer.vllm_generation.generate`` gathers the
+prompts of every process) then meets the same calls on every process, as under TRL. It must accept an empty list.
 """
 
 from __future__ import annotations
@@ -68,9 +72,7 @@ class RolloutFunctionBackend:
     def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
         rows = [prompt for prompt, count in zip(prompts, counts, strict=True) for _ in range(count)]
         groups: list[list[Completion]] = [[] for _ in prompts]
-        if not rows:
-            return groups
-        output = self.rollout_func(rows, self.trainer)
+        output = self.rollout_func(rows, self.trainer)  # on every process, rows or none (see the module docstring)
         missing = sorted(set(REQUIRED_KEYS) - set(output))
         if missing:
             raise BackendContractError(f"rollout_func must return keys {missing} in its output dict.")

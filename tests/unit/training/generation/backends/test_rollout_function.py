@@ -64,3 +64,16 @@ def test_malformed_rows_are_missing_slots_that_get_retried():
     collected = collect_completion_groups(_backend(rollout), ["a"], [4], retry_limit=1, check=CompletionCheck(26))
     assert calls == [4, 4] and collected.complete == [True]
     assert collected.stats["invalid_completions"] == 4
+
+
+def test_a_process_with_no_slot_missing_still_calls_the_rollout_func_with_no_prompts():
+    """A collective rollout_func (TRL's vLLM generation gathers every process's prompts) meets the same calls on
+    every process, also in a retry round in which only another process has slots missing."""
+    calls: list[list[str]] = []
+
+    def rollout_func(prompts, trainer):
+        calls.append(list(prompts))
+        return {"prompt_ids": [[1]] * len(prompts), "completion_ids": [[2]] * len(prompts), "logprobs": None}
+
+    assert _backend(rollout_func).generate(["a", "b"], [0, 0]) == [[], []]
+    assert calls == [[]]
