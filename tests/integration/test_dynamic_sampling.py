@@ -131,7 +131,8 @@ def test_generation_batch_counter_travels_with_checkpoints(tmp_path):
 
 
 def test_checkpoint_holds_both_states_and_old_listwise_files_still_load(tmp_path):
-    overrides = {"maxent_objective": "listwise", "save_strategy": "steps", "save_steps": 1}
+    # A constant τ (no annealing schedule), so that the τ restored from the checkpoint is the one step 2 uses.
+    overrides = {"maxent_objective": "listwise", "maxent_tau_final": None, "save_strategy": "steps", "save_steps": 1}
     trainer = _trainer(tmp_path, _dataset(8, 8), max_steps=1, **overrides)
     trainer.train()
     path = tmp_path / "checkpoint-1" / CONTROLLER_STATE_FILE
