@@ -100,6 +100,24 @@ class MaxEntGRPOConfig(GRPOConfig):
         },
     )
 
+    # Asynchronous generation
+    async_generation: bool = field(
+        default=False,
+        metadata={
+            "help": "Generate the next optimizer step's batch on the vLLM server while this one trains (server mode "
+            "with the disk weight transfer and vllm_importance_sampling_correction). Its first call is made ahead, "
+            "from the weights of the step before; retries, drops and dynamic sampling run as without it, from the "
+            "current weights. False: generate each batch when it is trained on."
+        },
+    )
+    max_staleness: int = field(
+        default=1,
+        metadata={
+            "help": "With async_generation: a completion is trained on at most this many optimizer steps after the "
+            "weights that sampled it; an older one (or one of unknown version) is asked for again."
+        },
+    )
+
     # Tools and environments (episodes)
     tool_timeout: float | None = field(
         default=None,
@@ -268,6 +286,7 @@ class MaxEntGRPOConfig(GRPOConfig):
             _fail("dynamic_sampling_metric", self.dynamic_sampling_metric, "'sum' or a reward function name")
         self._validate_maxent_relations()
         self._validate_weight_transfer_fields()
+        self._validate_async_generation()
 
     def _validate_maxent_relations(self) -> None:
         if self.maxent_objective not in OBJECTIVES:
@@ -319,6 +338,31 @@ class MaxEntGRPOConfig(GRPOConfig):
             _fail("vllm_weight_transfer", self.vllm_weight_transfer, f"one of {WEIGHT_TRANSFERS}")
         if self.vllm_weights_dir is not None and not str(self.vllm_weights_dir).strip():
             _fail("vllm_weights_dir", self.vllm_weights_dir, "None or a directory path")
+
+    def _validate_async_generation(self) -> None:
+        if not self.async_generation:
+            return
+        if not (self.use_vllm and self.vllm_mode == "server"):
+            _fail(
+                "async_generation",
+                self.async_generation,
+                "False unless use_vllm=True and vllm_mode='server' (colocated vLLM and transformers generation share "
+                "the training device and model: nothing to overlap)",
+            )
+        if not self.vllm_importance_sampling_correction:
+            _fail(
+                "async_generation",
+                self.async_generation,
+                "False unless vllm_importance_sampling_correction=True (completions sampled from the weights of the "
+                "step before need TRL's importance-sampling correction)",
+            )
+        if self.vllm_weight_transfer == "nccl":
+            _fail(
+                "async_generation",
+                self.async_generation,
+                "False unless vllm_weight_transfer is 'disk' or 'auto' resolving to it (only the disk transport "
+                "versions the weights, which staleness is counted from)",
+            )
 
 
 def maxent_config_from(args: GRPOConfig | None, model: str | PreTrainedModel) -> MaxEntGRPOConfig:

@@ -149,6 +149,7 @@ FIELD_RANGES: dict[str, Range] = {
     "generation_step_timeout": _number(0, above=True, optional=True),
     "vllm_request_timeout": _number(0, above=True),
     "vllm_request_attempts": _count(1),
+    "max_staleness": _count(1),
     "dynamic_sampling_max_rounds": _count(1),
     "tool_timeout": _number(0, above=True, optional=True),
     # MaxEntGRPOConfig: the listwise objective and its controllers

@@ -26,6 +26,7 @@ from maxent_grpo.training.checkpoints.resume import latest_complete_checkpoint
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, merge_extra_logs
 from maxent_grpo.training.empty_batches import EmptyBatchGuard, NoUsableGenerationError
 from maxent_grpo.training.entropy_bonus import scaled_entropy_bonus
+from maxent_grpo.training.generation.async_generation import AsyncGeneration, check_async_generation
 from maxent_grpo.training.generation.backends import GenerationBackend, colocate_engine, trl_server_client
 from maxent_grpo.training.generation.backends.rollout_function import RolloutFunctionBackend
 from maxent_grpo.training.generation.backends.selection import build_backend, weight_transfer_name
@@ -111,6 +112,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             )
         if with_tools and config.dynamic_sampling:
             raise ValueError("dynamic_sampling is not supported with `tools` or `environment_factory`.")
+        if config.async_generation:
+            own_backend = generation_backend is not None or kwargs.get("rollout_func") is not None
+            check_async_generation(config, own_backend=own_backend, tools=with_tools)
         colocate = config.use_vllm and config.vllm_mode == "colocate"
         if colocate and config.vllm_tensor_parallel_size > 1:
             raise ValueError("vllm_tensor_parallel_size > 1 is not supported by MaxEntGRPOTrainer's colocate backend.")
@@ -166,6 +170,19 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._current_inputs: list = []
         self._precomputed_rewards: torch.Tensor | None = None
         self.dynamic_sampler = self._build_dynamic_sampler() if self.args.dynamic_sampling else None
+        self.async_generation = (
+            AsyncGeneration(
+                self.generation_backend,
+                generate_every=self.args.steps_per_generation * self.num_iterations,
+                window_size=self.args.gradient_accumulation_steps,
+                max_staleness=self.args.max_staleness,
+                group_size=self.num_generations,
+                process_index=self.accelerator.process_index,
+                step_timeout=self.args.generation_step_timeout,
+            )
+            if self.args.async_generation
+            else None
+        )
 
     def _build_dynamic_sampler(self) -> DynamicSampler:
         metric = self.args.dynamic_sampling_metric
@@ -196,7 +213,11 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                 raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir}).")
             resume_from_checkpoint = str(checkpoint)
         self._empty_batches.start_run()
-        output = super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        try:
+            output = super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        finally:
+            if self.async_generation is not None:
+                self.async_generation.close()
         self._empty_batches.check_run_end(self.state.global_step, self.state.max_steps)
         return output
 
@@ -209,17 +230,22 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             sync(self.accelerator.unwrap_model(self.model))
             self.accelerator.wait_for_everyone()
         self._last_loaded_step = self.state.global_step
+        if self.async_generation is not None:
+            self.async_generation.weights_written(self.generation_backend.weight_version, self.state.global_step)
 
     def _generate(self, prompts: list) -> tuple:
         """TRL's `_generate`, its rows from the backend through the generation step (`training.generation.step`)."""
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        ahead = self.async_generation
+        replayed = None if ahead is None else ahead.take(self._step, prompts, self.state.global_step, mode == "train")
         self._sync_backend_weights()
         collectives = Collectives.of(self.accelerator)
         check = CompletionCheck(
             self._vocab_size, needs_logprobs=self.use_vllm and self.vllm_importance_sampling_correction
         )
         backend, requests = self._step_backend(copy.deepcopy(prompts), check, collectives)
+        backend = backend if replayed is None else replayed
         step = GenerationStep(
             backend,
             check=check,
@@ -255,6 +281,10 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             self._metrics[mode][name].append(value)
         if mode == "train":
             self.state.num_input_tokens_seen += step_metrics.kept_tokens
+        if ahead is not None and mode == "train":
+            for name, value in ahead.metrics(rows, self.state.global_step, collectives).items():
+                self._metrics[mode][name].append(value)
+            ahead.start_next(self._step, self._sync_backend_weights, last_window=self._in_last_window)
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
         kept_any = bool(agreement.group_kept.any())
         self._empty_batches.record(
@@ -410,7 +440,11 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------------------------- optimizer windows
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """The Trainer's window of inputs, kept to be generated and planned at the window's first micro-batch."""
-        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self.async_generation is None:
+            batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        else:  # the next window's inputs are read ahead too
+            batch_samples = self.async_generation.window_inputs(epoch_iterator, num_batches, self._step)
+            num_items_in_batch = self._get_num_items_in_batch(batch_samples, device)
         self._windows.start(self._step, batch_samples)
         return batch_samples, num_items_in_batch
 
@@ -418,6 +452,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         """TRL's, except that a training window's first micro-batch generates and plans the whole window (inside
         TRL's step timer and after the Trainer's ``model.train()`` / ``optimizer.train()``)."""
         prepared = self._windows.inputs_at(self._step) if self.model.training else None
+        if self.async_generation is not None and prepared is not None:  # a window without generation starts it here
+            self.async_generation.start_next(None, self._sync_backend_weights, last_window=self._in_last_window)
         return super()._prepare_inputs(generation_batch) if prepared is None else prepared
 
     def _prepare_at(self, inputs: dict[str, Any], step: int) -> dict[str, Any]:
@@ -433,6 +469,10 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         return WindowPlan.of(
             start, prepared, keep_key=ROW_KEEP_KEY, loss_type=self.loss_type, gather=gather, device=device
         )
+
+    @property
+    def _in_last_window(self) -> bool:
+        return self.state.global_step + 1 >= self.state.max_steps
 
     @property
     def _in_empty_window(self) -> bool:

@@ -2,10 +2,11 @@
 
 Both processes train 3 steps in float32 against the vLLM server at BASE_URL (disk weight transfer), with the model
 whole on each (DDP) or, given ``fsdp2``, sharded when it is loaded (transformers' ``DistributedConfig(fsdp_size=2)``,
-the way FSDP2 runs on CPU). Usage: probe_server.py OUTPUT_DIR MODEL_DIR BASE_URL [fsdp2]. Each process writes
-rank<r>.json: its backend's weight version at each generation call, its weight pushes, and the largest difference
-between the server's log-probs of a fixed text and its own model's (the initial model's) after each call that brought
-completions back.
+the way FSDP2 runs on CPU), or, given ``async``, whole with ``async_generation`` (no log-prob probe then: calls made
+ahead run while the model trains). Usage: probe_server.py OUTPUT_DIR MODEL_DIR BASE_URL
+[fsdp2|async]. Each process writes rank<r>.json: its backend's weight version at each generation call, its weight
+pushes, the largest difference between the server's log-probs of a fixed text and its own model's (the initial
+model's) after each call that brought completions back, and the staleness logged at each step.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from maxent_grpo.cli.command import _end_training
 from tests.support.server_logprobs import PROBE_TEXT, ProbeAfterEachCall, model_logprobs
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 
+STALENESS = "generation/staleness_max"
 
-def train(output_dir: Path, model_dir: str, base_url: str, sharding: str | None = None):
+
+def train(output_dir: Path, model_dir: str, base_url: str, variant: str | None = None):
     reward = AlignedTextReward()
     config = tiny_config(
         output_dir,
@@ -37,17 +40,19 @@ def train(output_dir: Path, model_dir: str, base_url: str, sharding: str | None 
         vllm_mode="server",
         vllm_server_base_url=base_url,
         vllm_weight_transfer="disk",
+        async_generation=variant == "async",
     )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     plain = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     initial = model_logprobs(plain, tokenizer(PROBE_TEXT)["input_ids"])
-    distributed = DistributedConfig(fsdp_size=2) if sharding == "fsdp2" else None
+    distributed = DistributedConfig(fsdp_size=2) if variant == "fsdp2" else None
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, distributed_config=distributed)
     trainer = MaxEntGRPOTrainer(
         model=model, reward_funcs=reward, args=config, train_dataset=letter_dataset(24), processing_class=tokenizer
     )
     backend = trainer.generation_backend
-    probe = ProbeAfterEachCall(backend, trainer.model, tokenizer, base_url, initial=initial)
+    if variant != "async":
+        probe = ProbeAfterEachCall(backend, trainer.model, tokenizer, base_url, initial=initial)
     versions: list[str | None] = []
     probed = backend.generate
 
@@ -60,10 +65,13 @@ def train(output_dir: Path, model_dir: str, base_url: str, sharding: str | None 
     record = {
         "versions": versions,
         "weight_pushes": backend.stats["weight_pushes"],
-        "to_current": probe.to_current,
-        "to_initial": probe.to_initial,
+        "to_current": [] if variant == "async" else probe.to_current,
+        "to_initial": [] if variant == "async" else probe.to_initial,
         "sharded_parameters": sum(isinstance(p, DTensor) for p in trainer.model.parameters()),
         "rows_seen": reward.rows_seen,
+        "staleness": [
+            e["generation/staleness_max"] for e in trainer.state.log_history if "generation/staleness_max" in e
+        ],
     }
     (output_dir / f"rank{trainer.accelerator.process_index}.json").write_text(json.dumps(record))
     return trainer.accelerator

@@ -43,6 +43,8 @@ class GeneratedRows:
         keep: whether the row is data, [B]; False rows never reach rewards or the loss.
         tool_masks: per row, its completion's `Completion.tool_mask` ([C_i], 0 on tool-result tokens) or None, [B].
         episodes: per row, its `EpisodeTrace` (a tool-calling episode) or None, [B]; None for dropped rows.
+        weight_versions: per row, the weight version its completion was sampled from (`Completion.weight_version`),
+            [B]; None for dropped rows and where the backend does not know it.
     """
 
     prompt_ids: list[list[int]]
@@ -52,6 +54,7 @@ class GeneratedRows:
     keep: list[bool]
     tool_masks: list[list[int] | None]
     episodes: list[EpisodeTrace | None]
+    weight_versions: list[str | None]
 
     def tool_mask(self) -> list[list[int]] | None:
         """TRL's ``tool_mask``, [B][C_i]: a kept row's own mask (tool-result tokens 0, all ones when it has none), a
@@ -87,6 +90,7 @@ def assemble_rows(
     logprobs: list[list[float] | None] = []
     tool_masks: list[list[int] | None] = []
     episodes: list[EpisodeTrace | None] = []
+    weight_versions: list[str | None] = []
     for run, group in zip(runs, groups, strict=True):
         fallback_prompt = list(group[0].prompt_ids) if group else [placeholder_prompt_id]
         for position, row in enumerate(run):
@@ -100,6 +104,7 @@ def assemble_rows(
                 logprobs.append(None if completion.logprobs is None else list(completion.logprobs))
                 tool_masks.append(None if completion.tool_mask is None else list(completion.tool_mask))
                 episodes.append(completion.episode)
+                weight_versions.append(completion.weight_version)
             else:
                 prompt_ids.append(fallback_prompt)
                 completion_ids.append([placeholder_completion_id])
@@ -107,6 +112,7 @@ def assemble_rows(
                 logprobs.append([0.0])
                 tool_masks.append(None)
                 episodes.append(None)
+                weight_versions.append(None)
     kept_logprobs = [lp for lp, k in zip(logprobs, keep, strict=True) if k]
     all_logprobs = None if any(lp is None for lp in kept_logprobs) else logprobs
     return GeneratedRows(
@@ -117,4 +123,5 @@ def assemble_rows(
         list(keep),
         tool_masks,
         episodes,  # type: ignore[arg-type]
+        weight_versions,
     )

@@ -40,6 +40,8 @@ class Completion:
             an environment's feedback), or None when the model wrote every token. Shape [C]. Tokens marked 0 are not
             trained on and do not count in completion lengths.
         episode: the turns, tool results and environment of a tool-calling episode, or None for a single turn.
+        weight_version: the training-weights version the sampler held while it generated this completion (the vLLM
+            server backend with the disk transport sets it), or None when the backend does not know it.
     """
 
     text: str
@@ -49,6 +51,7 @@ class Completion:
     failed: bool = False
     tool_mask: list[int] | None = None
     episode: EpisodeTrace | None = None
+    weight_version: str | None = None
 
     def to_trl_payload(self) -> dict[str, Any]:
         """Return the token-level payload in the shape TRL's ``_generate`` produces for one row."""

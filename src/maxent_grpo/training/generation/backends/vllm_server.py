@@ -328,13 +328,17 @@ class VLLMServerBackend:
             ]
             for i, future in zip(asked, futures, strict=True):
                 groups[i] = self._result_or_cancel(future, futures)
-        if weights is not None and not weights.still_serves():
+        if weights is None or weights.version is None:
+            return groups
+        if not weights.still_serves():
             return self._stale(groups, weights.version)
-        return groups
+        return [[replace(c, weight_version=weights.version) for c in group] for group in groups]
 
     def _stale(self, groups: list[list[Completion]], version: str | None) -> list[list[Completion]]:
         """The completions of a call during which the server stopped serving the trainer's version, marked failed."""
         stale = sum(len(group) for group in groups)
+        if not stale:
+            return groups
         self._count("stale_completions", stale)
         logger.warning(
             "%d completion(s) from the vLLM server at %s may come from weights older than the trainer's (version %r "

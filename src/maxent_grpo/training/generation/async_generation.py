@@ -1,0 +1,349 @@
+"""Asynchronous generation: the next optimizer step's first generation batch is generated while this one trains.
+
+With ``async_generation`` the trainer reads one optimizer window ahead: when the Trainer takes a window's inputs from
+its epoch iterator, the next window's are taken too (`AsyncGeneration.window_inputs`). Once this window has no
+generation left to run, and its weights are written as a version for the server, a background thread makes the next
+window's *first call*: the same unique prompts and counts that window's generation step would ask the backend for
+first (`first_call`). When that window generates, its first call is answered from what came back
+(`ReplayedFirstCall`); everything after it (retry rounds, the agreement across processes, dynamic sampling, the drop
+decisions, the metrics) runs as in synchronous generation, on the main thread, from the current weights. So every
+collective stays on the main thread, in the same order on every process (invariant I7), and retry / drop hold as
+they are: a prefetched call that failed, in whole or in part, is retried for its deficit like any other.
+
+The background thread only speaks HTTP to the server (the weight push included). The main thread waits for it
+(`take`, `wait`) before it uses the backend or writes weights again, so the two never use the backend at once, and
+the version the server is asked to serve never changes under a call in flight.
+
+Staleness (invariant I9): each completion carries the weight version it was sampled from
+(`Completion.weight_version`), and the trainer reports at which optimizer step it wrote each version
+(`weights_written`). A prefetched completion whose weights are more than ``max_staleness`` steps older than those
+being trained, or of a version this run did not write, is left out of its group, so it is asked for again from the
+current weights (``generation/too_stale_completions``). Reading one window ahead, a prefetched completion is one step
+old (a retried one, generated at its own window, none); TRL's importance-sampling correction
+(``vllm_importance_sampling_correction``, required) reweighs each token by the current policy over the sampler.
+
+Not carried across: the first window of each epoch is generated synchronously (the next epoch's iterator does not
+exist yet), and a batch in flight when training ends, stops or is interrupted is abandoned; a checkpoint never holds
+it, so a resumed run generates those prompts again, from the restored weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from maxent_grpo.collectives import Collectives
+from maxent_grpo.training.generation.backends.protocol import Completion, GenerationBackend
+from maxent_grpo.training.generation.rows import GeneratedRows, local_runs
+from maxent_grpo.training.generation.step import WEIGHT_STAT_KEYS
+
+logger = logging.getLogger(__name__)
+
+# How long closing waits for a call in flight to end (it is abandoned after that; its thread is a daemon).
+_CLOSE_WAIT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class FirstCall:
+    """The first backend call of one process's generation step: one prompt per run of rows, and its row count."""
+
+    prompts: list[Any]
+    counts: list[int]
+
+
+def first_call(prompts: Sequence[Any], process_index: int, group_size: int) -> FirstCall:
+    """The first call `GenerationStep.collect` makes for this process's ``prompts`` (TRL's rows, G per group)."""
+    runs = local_runs(len(prompts), process_index * len(prompts), group_size)
+    return FirstCall([copy.deepcopy(prompts[run.start]) for run in runs], [len(run) for run in runs])
+
+
+@dataclass
+class Prefetch:
+    """One first call made ahead, in the background.
+
+    Attributes:
+        step: TRL's micro-step whose generation it is for.
+        call: the call made.
+        stats_before: the backend's weight counters (`WEIGHT_STAT_KEYS`) when it started, or None.
+        groups / error: what the call returned, or what it raised.
+        seconds: how long the call took.
+    """
+
+    step: int
+    call: FirstCall
+    stats_before: dict[str, int] | None
+    groups: list[list[Completion]] | None = None
+    error: BaseException | None = None
+    seconds: float = 0.0
+    thread: threading.Thread | None = field(default=None, repr=False)
+
+
+class ReplayedFirstCall:
+    """A backend whose first call is answered from a `Prefetch` (exactly as the call would have gone: the groups it
+    returned, or the exception it raised), its fresh completions only; every later call is the backend's own.
+
+    Its ``stats`` are the backend's counters as they stood when the prefetch started, until the first call is
+    answered, so a generation step counts the weight pushes the prefetch made.
+    """
+
+    def __init__(self, backend: GenerationBackend, prefetch: Prefetch, fresh: Callable[[Completion], bool]) -> None:
+        self.backend = backend
+        self.prefetch: Prefetch | None = prefetch
+        self.fresh = fresh
+        self.seconds = prefetch.seconds
+        self.too_stale = 0
+
+    @property
+    def stats(self) -> dict[str, int] | None:
+        if self.prefetch is not None:
+            return self.prefetch.stats_before
+        return getattr(self.backend, "stats", None)
+
+    def set_deadline(self, deadline: float | None) -> None:
+        set_deadline = getattr(self.backend, "set_deadline", None)
+        if set_deadline is not None:
+            set_deadline(deadline)
+
+    def generate(self, prompts: list[Any], counts: list[int]) -> list[list[Completion]]:
+        prefetch, self.prefetch = self.prefetch, None
+        if prefetch is None or FirstCall(prompts, counts) != prefetch.call:
+            return self.backend.generate(prompts, counts)
+        if prefetch.error is not None:
+            raise prefetch.error
+        assert prefetch.groups is not None
+        groups = [[c for c in group if self.fresh(c)] for group in prefetch.groups]
+        self.too_stale += sum(len(group) for group in prefetch.groups) - sum(len(group) for group in groups)
+        return groups
+
+
+class AsyncGeneration:
+    """The trainer's generation one window ahead; see the module docstring.
+
+    Args:
+        backend: the trainer's backend (the vLLM server backend).
+        generate_every: TRL's micro-steps between generations (``steps_per_generation * num_iterations``).
+        window_size: micro-batches of a full optimizer window (``gradient_accumulation_steps``).
+        max_staleness: optimizer steps a completion's weights may lag behind the trained ones.
+        group_size: G, completions per prompt.
+        process_index: this process's index.
+        step_timeout: ``generation_step_timeout``: bounds the call made ahead too, from its start.
+    """
+
+    def __init__(
+        self,
+        backend: GenerationBackend,
+        *,
+        generate_every: int,
+        window_size: int,
+        max_staleness: int,
+        group_size: int,
+        process_index: int,
+        step_timeout: float | None,
+    ) -> None:
+        self.backend = backend
+        self.generate_every = generate_every
+        self.window_size = window_size
+        self.max_staleness = max_staleness
+        self.group_size = group_size
+        self.process_index = process_index
+        self.step_timeout = step_timeout
+        self._iterator: Iterator[Any] | None = None
+        self._ahead: list[Any] = []
+        self._window = (0, 0)
+        self._inflight: Prefetch | None = None
+        self._version_steps: dict[str, int] = {}
+        self._waited = 0.0
+        self._replayed: ReplayedFirstCall | None = None
+
+    # ------------------------------------------------------------------------------------------ window inputs
+
+    def window_inputs(self, epoch_iterator: Iterator[Any], num_batches: int, start: int) -> list[Any]:
+        """The Trainer's ``num_batches`` inputs of the window starting at micro-step ``start`` (those read ahead
+        first), and the next window's read ahead (fewer at the end of the epoch)."""
+        if epoch_iterator is not self._iterator:  # a new epoch: nothing read ahead belongs to it
+            self._iterator, self._ahead = epoch_iterator, []
+            self._abandon()
+        taken, self._ahead = self._ahead[:num_batches], self._ahead[num_batches:]
+        taken += _take(epoch_iterator, num_batches - len(taken))
+        self._ahead += _take(epoch_iterator, self.window_size - len(self._ahead))
+        self._window = (start, len(taken))
+        return taken
+
+    def _generation_steps(self, start: int, size: int) -> list[int]:
+        return [step for step in range(start, start + size) if step % self.generate_every == 0]
+
+    # -------------------------------------------------------------------------------------------- prefetching
+
+    def start_next(self, after_step: int | None, sync_weights: Callable[[], None], *, last_window: bool) -> None:
+        """Start the next window's first call if this window has no generation left after ``after_step`` (None: the
+        window is prepared), it is not the run's ``last_window``, and the next window's inputs are known.
+        ``sync_weights`` writes the current weights first (a collective where the walk is one: every process calls
+        this at the same point)."""
+        if last_window:
+            return
+        start, size = self._window
+        if after_step is not None and any(step > after_step for step in self._generation_steps(start, size)):
+            return
+        upcoming = self._generation_steps(start + size, len(self._ahead))
+        if not upcoming or (self._inflight is not None and self._inflight.step == upcoming[0]):
+            return
+        self._abandon()
+        sync_weights()
+        inputs = self._ahead[upcoming[0] - start - size]
+        call = first_call([row["prompt"] for row in inputs], self.process_index, self.group_size)
+        prefetch = Prefetch(upcoming[0], call, _weight_counts(self.backend))
+        prefetch.thread = threading.Thread(
+            target=self._run, args=(prefetch,), name="maxent-grpo-async-generation", daemon=True
+        )
+        self._inflight = prefetch
+        prefetch.thread.start()
+
+    def _run(self, prefetch: Prefetch) -> None:
+        set_deadline = getattr(self.backend, "set_deadline", None)
+        began = time.monotonic()
+        if set_deadline is not None and self.step_timeout is not None:
+            set_deadline(began + self.step_timeout)
+        try:
+            prefetch.groups = self.backend.generate(list(prefetch.call.prompts), list(prefetch.call.counts))
+        except BaseException as error:  # replayed in the step, where the protocol decides what it means
+            prefetch.error = error
+        finally:
+            if set_deadline is not None and self.step_timeout is not None:
+                set_deadline(None)
+            prefetch.seconds = time.monotonic() - began
+
+    def wait(self) -> None:
+        """Wait for the call in flight, if any (its result is kept for the step it is for)."""
+        prefetch = self._inflight
+        if prefetch is not None and prefetch.thread is not None and prefetch.thread.is_alive():
+            began = time.monotonic()
+            prefetch.thread.join()
+            self._waited += time.monotonic() - began
+
+    def take(self, step: int, prompts: Sequence[Any], trained_step: int, training: bool) -> ReplayedFirstCall | None:
+        """Wait for the call in flight and, for a ``training`` generation at micro-step ``step`` of these ``prompts``
+        (the one it was made for), return the backend that replays it to a step training the weights of optimizer
+        step ``trained_step``. An evaluation only waits: the call stays for the step it is for."""
+        self.wait()
+        if not training:
+            return None
+        prefetch, self._inflight, self._replayed = self._inflight, None, None
+        if prefetch is None:
+            return None
+        if prefetch.step != step or prefetch.call != first_call(prompts, self.process_index, self.group_size):
+            logger.warning(
+                "the batch generated ahead for micro-step %d is not the one micro-step %d asks for: generated again",
+                prefetch.step,
+                step,
+            )
+            return None
+
+        def fresh(completion: Completion) -> bool:
+            written = self._version_steps.get(completion.weight_version or "")
+            return written is not None and trained_step - written <= self.max_staleness
+
+        self._replayed = ReplayedFirstCall(self.backend, prefetch, fresh)
+        return self._replayed
+
+    def weights_written(self, version: str | None, step: int) -> None:
+        """The trainer wrote the weights of optimizer step ``step`` as ``version``."""
+        if version is not None:
+            self._version_steps.setdefault(version, step)
+
+    def close(self) -> None:
+        """Stop: no new try of the call in flight starts, and it is waited for (bounded), then abandoned."""
+        prefetch, self._inflight, self._ahead, self._iterator = self._inflight, None, [], None
+        if prefetch is None or prefetch.thread is None or not prefetch.thread.is_alive():
+            return
+        set_deadline = getattr(self.backend, "set_deadline", None)
+        if set_deadline is not None:
+            set_deadline(time.monotonic())
+        prefetch.thread.join(_CLOSE_WAIT_SECONDS)
+        if prefetch.thread.is_alive():
+            logger.warning(
+                "the generation request made ahead is still in flight after %.0f s: abandoned", _CLOSE_WAIT_SECONDS
+            )
+
+    def _abandon(self) -> None:
+        if self._inflight is not None:
+            self.wait()
+            self._inflight = None
+
+    # ------------------------------------------------------------------------------------------------ metrics
+
+    def metrics(self, rows: GeneratedRows, trained_step: int, collectives: Collectives) -> dict[str, float]:
+        """This generation's staleness over kept rows (optimizer steps between their weights and the trained ones),
+        completions asked for again as too stale, and the seconds the call ahead took and was waited for, over all
+        processes (a collective: every process calls it once per training generation)."""
+        lags = [
+            trained_step - self._version_steps[version]
+            for version, kept in zip(rows.weight_versions, rows.keep, strict=True)
+            if kept and version in self._version_steps
+        ]
+        replayed = self._replayed
+        local = [
+            float(sum(lags)),
+            float(len(lags)),
+            float(max(lags, default=0)),
+            float(0 if replayed is None else replayed.too_stale),
+            0.0 if replayed is None else replayed.seconds,
+            self._waited,
+        ]
+        self._waited, self._replayed = 0.0, None
+        table = collectives.gather(torch.tensor([local], dtype=torch.float64, device=collectives.device))
+        total, count = float(table[:, 0].sum()), float(table[:, 1].sum())
+        return {
+            "generation/staleness_mean": total / count if count else 0.0,
+            "generation/staleness_max": float(table[:, 2].max()),
+            "generation/too_stale_completions": float(table[:, 3].sum()),
+            "generation/ahead_seconds": float(table[:, 4].max()),
+            "generation/ahead_wait_seconds": float(table[:, 5].max()),
+        }
+
+
+def check_async_generation(args: Any, *, own_backend: bool, tools: bool) -> None:
+    """Refuse ``async_generation`` where it cannot hold its guarantees (the config checked the fields it can alone).
+
+    Raises:
+        ValueError: with a user's own backend or a ``rollout_func`` (neither tags completions with weight versions nor
+            is known to be safe to call from a second thread), with tools or environments (an episode's turns are
+            collective rounds, which must stay on the main thread), or with a weight transfer that resolves to NCCL.
+    """
+    from maxent_grpo.training.generation.backends.selection import weight_transfer_name
+
+    if own_backend:
+        raise ValueError(
+            "async_generation=True needs the built-in vLLM server backend: a `generation_backend` of your own or a "
+            "`rollout_func` does not report the weight version of its completions."
+        )
+    if tools:
+        raise ValueError("async_generation=True is not supported with `tools` or `environment_factory`.")
+    if weight_transfer_name(args) != "disk":
+        raise ValueError(
+            "async_generation=True needs vllm_weight_transfer='disk' (here 'auto' resolves to NCCL, which does not "
+            "version the weights)."
+        )
+
+
+def _take(iterator: Iterator[Any], count: int) -> list[Any]:
+    taken = []
+    for _ in range(max(count, 0)):
+        try:
+            taken.append(next(iterator))
+        except StopIteration:
+            break
+    return taken
+
+
+def _weight_counts(backend: GenerationBackend) -> dict[str, int] | None:
+    stats = getattr(backend, "stats", None)
+    if not isinstance(stats, dict) or not all(key in stats for key in WEIGHT_STAT_KEYS):
+        return None
+    return dict(stats)
