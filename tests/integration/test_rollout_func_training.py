@@ -89,4 +89,3 @@ def test_rollout_func_excludes_a_generation_backend(tmp_path):
             rollout_func=TaggingRollout(tokenizer),
             generation_backend=TaggingRollout(tokenizer),
         )
-

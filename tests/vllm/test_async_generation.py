@@ -10,7 +10,11 @@ two processes.
 from __future__ import annotations
 
 import copy
+import json
+import signal
+import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from maxent_grpo import MaxEntGRPOTrainer
 from tests.distributed.test_two_processes import _launch
+from tests.e2e.cli_runner import DEMO_RECIPE, executable, offline_env, run
 from tests.support.real_vllm_server import VLLMServerProcess, running_vllm_server
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 
@@ -278,3 +283,83 @@ def test_two_processes_generate_ahead_with_one_pusher(server_url, vllm_model_dir
     assert rank0["staleness"] == rank1["staleness"]
     assert rank0["staleness"][0] == 0 and all(value == 1 for value in rank0["staleness"][1:])
     assert rank0["rows_seen"] == rank1["rows_seen"] == 3 * 6
+
+
+def test_ctrl_c_with_a_batch_in_flight_exits_130_and_the_run_resumes_from_its_checkpoint(
+    server_url, vllm_model_dir, tmp_path
+):
+    """The CLI, for real: interrupted while the next batch is generated ahead, it exits at once with 130 (the thread
+    does not hold the process); resumed, it generates the batch that was in flight again and trains to the end."""
+    output_dir = tmp_path / "run"
+    train = [
+        executable("maxent-grpo"), "train", "--config", str(DEMO_RECIPE), "--model_name_or_path", str(vllm_model_dir),
+        "--output_dir", str(output_dir), "--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_base_url",
+        server_url, "--vllm_weight_transfer", "disk", "--async_generation", "true", "--bf16", "false",
+        "--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "1",
+    ]  # fmt: skip
+    process = subprocess.Popen([*train, "--max_steps", "500"], cwd=tmp_path, env=offline_env(tmp_path),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not (output_dir / "checkpoint-2" / "trainer_state.json").exists():
+            assert process.poll() is None and time.monotonic() < deadline, "no checkpoint-2 was saved"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        _, stderr = process.communicate(timeout=120)
+        exit_seconds = time.monotonic() - interrupted
+    finally:
+        process.kill()
+    print(f"exited {exit_seconds:.1f} s after Ctrl-C")
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Exception in thread" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+    assert exit_seconds < 60
+    checkpoint = max(output_dir.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
+    last = int(checkpoint.name.split("-")[1])
+
+    resumed = run([*train, "--max_steps", str(last + 2), "--resume_from_checkpoint", str(checkpoint)],
+                  offline_env(tmp_path), timeout=300, cwd=tmp_path)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    state = json.loads((output_dir / f"checkpoint-{last + 2}" / "trainer_state.json").read_text())
+    staleness = [e["generation/staleness_max"] for e in state["log_history"] if "generation/staleness_max" in e]
+    print(f"staleness before and after the resume: {staleness}")
+    # The resumed run's first batch is generated at its own step (nothing survives the interruption), the next ahead.
+    assert staleness[-2:] == [0.0, 1.0]
+
+
+class SignalOnEvenPrompts:
+    """Distinct characters for the prompts of even index, 0 for the others (no learning signal: dynamic sampling
+    replaces their groups); fails on a misaligned row."""
+
+    __name__ = "signal_on_even_prompts"
+
+    def __init__(self) -> None:
+        self.aligned = AlignedTextReward()
+
+    def __call__(self, prompts, completions, answer, **kwargs):
+        scores = self.aligned(prompts, completions, answer)
+        return [0.0 if int(tag[1:]) % 2 else score for score, tag in zip(scores, answer, strict=True)]
+
+
+def test_dynamic_sampling_refills_from_the_current_weights_what_was_generated_ahead(
+    server_url, vllm_model_dir, tmp_path
+):
+    trainer = async_trainer(
+        vllm_model_dir,
+        server_url,
+        tmp_path,
+        trainer_class=MaxEntGRPOTrainer,
+        reward=SignalOnEvenPrompts(),
+        max_steps=4,
+        dynamic_sampling=True,
+        dynamic_sampling_max_rounds=4,
+    )
+    trainer.train()
+    logs = [e for e in trainer.state.log_history if "generation/staleness_max" in e]
+    print([(e["dynamic_sampling/rounds"], e["generation/staleness_mean"]) for e in logs])
+    assert trainer.state.global_step == 4 and len(logs) == 4
+    assert all(e["generation/staleness_max"] <= 1 for e in logs)
+    refilled = [e for e in logs[1:] if e["dynamic_sampling/rounds"] > 0]
+    assert refilled  # groups without signal were replaced ...
+    # ... by groups generated at the step itself: those rows are 0 steps old (the groups generated ahead 1).
+    assert all(e["generation/staleness_mean"] < 1 for e in refilled)
