@@ -3,16 +3,18 @@
 Both processes train 3 steps in float32 against the vLLM server at BASE_URL (disk weight transfer), with the model
 whole on each (DDP) or, given ``fsdp2``, sharded when it is loaded (transformers' ``DistributedConfig(fsdp_size=2)``,
 the way FSDP2 runs on CPU), or, given ``async``, whole with ``async_generation`` (no log-prob probe then: calls made
-ahead run while the model trains). Usage: probe_server.py OUTPUT_DIR MODEL_DIR BASE_URL
-[fsdp2|async]. Each process writes rank<r>.json: its backend's weight version at each generation call, its weight
-pushes, the largest difference between the server's log-probs of a fixed text and its own model's (the initial
-model's) after each call that brought completions back, and the staleness logged at each step.
+ahead run while the model trains); ``async-fault`` also makes process 1's first call ahead raise (a fault on one
+process only). Usage: probe_server.py OUTPUT_DIR MODEL_DIR BASE_URL [fsdp2|async|async-fault]. Each process writes
+rank<r>.json: its backend's weight version at each generation call, its weight pushes, the largest difference between
+the server's log-probs of a fixed text and its own model's (the initial model's) after each call that brought
+completions back, and some generation metrics logged at each step.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -30,6 +32,7 @@ STALENESS = "generation/staleness_max"
 
 def train(output_dir: Path, model_dir: str, base_url: str, variant: str | None = None):
     reward = AlignedTextReward()
+    is_async = variant is not None and variant.startswith("async")
     config = tiny_config(
         output_dir,
         max_steps=3,
@@ -40,7 +43,7 @@ def train(output_dir: Path, model_dir: str, base_url: str, variant: str | None =
         vllm_mode="server",
         vllm_server_base_url=base_url,
         vllm_weight_transfer="disk",
-        async_generation=variant == "async",
+        async_generation=is_async,
     )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     plain = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -51,8 +54,10 @@ def train(output_dir: Path, model_dir: str, base_url: str, variant: str | None =
         model=model, reward_funcs=reward, args=config, train_dataset=letter_dataset(24), processing_class=tokenizer
     )
     backend = trainer.generation_backend
-    if variant != "async":
+    if not is_async:
         probe = ProbeAfterEachCall(backend, trainer.model, tokenizer, base_url, initial=initial)
+    if variant == "async-fault" and trainer.accelerator.process_index == 1:
+        fail_first_call_ahead(backend)
     versions: list[str | None] = []
     probed = backend.generate
 
@@ -65,16 +70,31 @@ def train(output_dir: Path, model_dir: str, base_url: str, variant: str | None =
     record = {
         "versions": versions,
         "weight_pushes": backend.stats["weight_pushes"],
-        "to_current": [] if variant == "async" else probe.to_current,
-        "to_initial": [] if variant == "async" else probe.to_initial,
+        "to_current": [] if is_async else probe.to_current,
+        "to_initial": [] if is_async else probe.to_initial,
         "sharded_parameters": sum(isinstance(p, DTensor) for p in trainer.model.parameters()),
         "rows_seen": reward.rows_seen,
-        "staleness": [
-            e["generation/staleness_max"] for e in trainer.state.log_history if "generation/staleness_max" in e
-        ],
+        **{
+            name: [e[f"generation/{name}"] for e in trainer.state.log_history if f"generation/{name}" in e]
+            for name in ("staleness_max", "staleness_mean", "backend_errors", "retried_prompts", "dropped_prompts")
+        },
     }
     (output_dir / f"rank{trainer.accelerator.process_index}.json").write_text(json.dumps(record))
     return trainer.accelerator
+
+
+def fail_first_call_ahead(backend) -> None:
+    """The first call made ahead (on the background thread) raises, as a server lost for one call would."""
+    generate = backend.generate
+    failed = []
+
+    def failing(prompts, counts):
+        if threading.current_thread().name == "maxent-grpo-async-generation" and not failed:
+            failed.append(True)
+            raise ConnectionError("injected: process 1 lost the server for one call")
+        return generate(prompts, counts)
+
+    backend.generate = failing
 
 
 if __name__ == "__main__":
