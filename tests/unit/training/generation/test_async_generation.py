@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.generation.async_generation import AsyncGeneration, FirstCall, first_call
@@ -284,3 +287,70 @@ def test_the_step_counts_the_weight_pushes_the_call_ahead_made():
     metrics = ahead.metrics(step.assemble(local, agreement), 1, Collectives.single())
     assert metrics["generation/staleness_mean"] == metrics["generation/staleness_max"] == 1.0
     assert metrics["generation/too_stale_completions"] == 0.0
+
+
+class PromptTaggedBackend:
+    """Each completion's text names its prompt; it is sampled from ``version``; each call returns for prompt i at
+    most ``caps[i]`` completions (the rest missing)."""
+
+    def __init__(self, version: str, caps: dict[str, int]) -> None:
+        self.version, self.caps = version, caps
+        self.asked: list[tuple[list, list[int]]] = []
+
+    def generate(self, prompts, counts):
+        self.asked.append((list(prompts), list(counts)))
+        completion = Completion("", [1], [2], logprobs=[-1.0], weight_version=self.version)
+        return [
+            [replace(completion, text=p)] * min(count, self.caps.get(p, count))
+            for p, count in zip(prompts, counts, strict=True)
+        ]
+
+
+def raising(prompts, counts):
+    raise ConnectionError("lost")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ahead_caps=st.lists(st.integers(0, 3), min_size=3, max_size=3),
+    live_caps=st.lists(st.integers(0, 3), min_size=3, max_size=3),
+    ahead_steps_old=st.integers(0, 3),
+    raised=st.booleans(),
+)
+def test_whatever_the_call_ahead_brought_back_the_step_keeps_only_aligned_fresh_complete_groups(
+    ahead_caps, live_caps, ahead_steps_old, raised
+):
+    prompts = ["a", "a", "a", "b", "b", "b", "c", "c", "c"]  # G = 3
+    names = ["a", "b", "c"]
+    ahead_backend = PromptTaggedBackend("old", dict(zip(names, ahead_caps, strict=True)))
+    if raised:
+        ahead_backend.generate = raising
+    ahead = AsyncGeneration(
+        ahead_backend, generate_every=1, window_size=1, max_staleness=1, group_size=3, process_index=0,
+        step_timeout=None,
+    )  # fmt: skip
+    iterator = iter([[{"prompt": p} for p in prompts]] * 2)
+    ahead.window_inputs(iterator, 1, 0)
+    ahead.weights_written("old", 5 - ahead_steps_old)
+    ahead.weights_written("new", 5)
+    ahead.start_next(0, lambda: None, last_window=False)
+    ahead.window_inputs(iterator, 1, 1)
+    replayed = ahead.take(1, prompts, trained_step=5, training=True)
+    live = PromptTaggedBackend("new", dict(zip(names, live_caps, strict=True)))
+    replayed.backend = live
+    step = GenerationStep(
+        replayed, check=CompletionCheck(100), collectives=Collectives.single(), group_size=3, max_retry_rounds=2,
+        placeholder_prompt_id=0, placeholder_completion_id=0,
+    )  # fmt: skip
+    batch = step.collect(prompts)
+    only_new = raised or ahead_steps_old > 1  # nothing of the call ahead may be kept
+    for name, group, complete in zip(names, batch.groups, batch.complete, strict=True):
+        assert all(c.text == name for c in group)  # I2: only its own prompt's completions
+        assert len(group) <= 3 and complete == (len(group) == 3)  # I1: never longer, complete means exactly G
+        if only_new:
+            assert all(c.weight_version == "new" for c in group)  # nothing too stale or lost is kept
+    for asked_prompts, counts in live.asked:  # retries ask only for deficits
+        assert all(0 < count <= 3 for count in counts) and len(set(asked_prompts)) == len(asked_prompts)
+    rows = step.assemble(batch, step.agree(batch))
+    metrics = ahead.metrics(rows, 5, Collectives.single())
+    assert 0 <= metrics["generation/staleness_max"] <= 1
