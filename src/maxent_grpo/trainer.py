@@ -33,8 +33,13 @@ from maxent_grpo.training.generation.backends.selection import build_backend, we
 from maxent_grpo.training.generation.completion_check import CompletionCheck
 from maxent_grpo.training.generation.completion_format import format_completions
 from maxent_grpo.training.generation.episode_metrics import tool_metrics
-from maxent_grpo.training.generation.episode_setup import episode_settings, take_over_environments
-from maxent_grpo.training.generation.episodes import EpisodeBackend, EpisodePrompt
+from maxent_grpo.training.generation.episode_setup import (
+    context_length,
+    episode_settings,
+    step_backend,
+    take_over_environments,
+)
+from maxent_grpo.training.generation.episodes import EpisodeBackend
 from maxent_grpo.training.generation.rows import GeneratedRows
 from maxent_grpo.training.generation.step import GenerationStep, GroupAgreement
 from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
@@ -146,7 +151,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             )
         self.environment_pool = take_over_environments(self)
         self.episode_settings = (
-            episode_settings(self, self.environment_pool, self._context_length())
+            episode_settings(self, self.environment_pool, context_length(self))
             if self.tools or self.environment_pool is not None
             else None
         )
@@ -170,19 +175,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._current_inputs: list = []
         self._precomputed_rewards: torch.Tensor | None = None
         self.dynamic_sampler = self._build_dynamic_sampler() if self.args.dynamic_sampling else None
-        self.async_generation = (
-            AsyncGeneration(
-                self.generation_backend,
-                generate_every=self.args.steps_per_generation * self.num_iterations,
-                window_size=self.args.gradient_accumulation_steps,
-                max_staleness=self.args.max_staleness,
-                group_size=self.num_generations,
-                process_index=self.accelerator.process_index,
-                step_timeout=self.args.generation_step_timeout,
-            )
-            if self.args.async_generation
-            else None
-        )
+        self.async_generation = AsyncGeneration.of(self) if self.args.async_generation else None
 
     def _build_dynamic_sampler(self) -> DynamicSampler:
         metric = self.args.dynamic_sampling_metric
@@ -244,7 +237,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         check = CompletionCheck(
             self._vocab_size, needs_logprobs=self.use_vllm and self.vllm_importance_sampling_correction
         )
-        backend, requests = self._step_backend(copy.deepcopy(prompts), check, collectives)
+        backend, requests = step_backend(self, copy.deepcopy(prompts), check, collectives)
         backend = backend if replayed is None else replayed
         step = GenerationStep(
             backend,
@@ -302,32 +295,6 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                 self._metrics[mode][name].append(value)
         completions = self._format_completions(prompts, rows)
         return rows.prompt_ids, rows.completion_ids, rows.tool_mask(), completions, rows.logprobs, {}, None, []
-
-    def _step_backend(
-        self, prompts: list, check: CompletionCheck, collectives: Collectives
-    ) -> tuple[GenerationBackend, list]:
-        """The backend this step collects from and what it is asked: the trainer's backend and the prompts, or, with
-        tools or environments, episodes run through it and the prompts with their dataset rows (`reset` arguments)."""
-        if self.episode_settings is None:
-            return self.generation_backend, prompts
-        if self.environment_pool is not None:
-            self.environment_pool.begin_step()
-        backend = EpisodeBackend(
-            self.generation_backend,
-            self.episode_settings,
-            environments=self.environment_pool,
-            check=check,
-            any_process=collectives.any,
-        )
-        return backend, [EpisodePrompt(prompt, row) for prompt, row in zip(prompts, self._current_inputs, strict=True)]
-
-    def _context_length(self) -> int:
-        """The longest sequence an episode's turn may reach: the engine's ``max_model_len``, else the model's."""
-        engine_length = getattr(self.generation_backend, "max_model_len", None)
-        if engine_length is not None:
-            return int(engine_length)
-        config = self.model.config
-        return int(getattr(config, "text_config", config).max_position_embeddings)
 
     def _format_completions(self, prompts: Sequence[Any], rows: GeneratedRows) -> list:
         messages = [None if trace is None else trace.messages for trace in rows.episodes]

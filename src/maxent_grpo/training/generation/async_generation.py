@@ -41,6 +41,7 @@ import torch
 
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.generation.backends.protocol import Completion, GenerationBackend
+from maxent_grpo.training.generation.backends.selection import weight_transfer_name
 from maxent_grpo.training.generation.rows import GeneratedRows, local_runs
 from maxent_grpo.training.generation.step import WEIGHT_STAT_KEYS
 
@@ -161,6 +162,20 @@ class AsyncGeneration:
         self._version_steps: dict[str, int] = {}
         self._waited = 0.0
         self._replayed: ReplayedFirstCall | None = None
+
+    @classmethod
+    def of(cls, trainer: Any) -> AsyncGeneration:
+        """The one of a `MaxEntGRPOTrainer` whose TRL init and backend are built."""
+        args = trainer.args
+        return cls(
+            trainer.generation_backend,
+            generate_every=args.steps_per_generation * trainer.num_iterations,
+            window_size=args.gradient_accumulation_steps,
+            max_staleness=args.max_staleness,
+            group_size=trainer.num_generations,
+            process_index=trainer.accelerator.process_index,
+            step_timeout=args.generation_step_timeout,
+        )
 
     # ------------------------------------------------------------------------------------------ window inputs
 
@@ -316,8 +331,6 @@ def check_async_generation(args: Any, *, own_backend: bool, tools: bool) -> None
             is known to be safe to call from a second thread), with tools or environments (an episode's turns are
             collective rounds, which must stay on the main thread), or with a weight transfer that resolves to NCCL.
     """
-    from maxent_grpo.training.generation.backends.selection import weight_transfer_name
-
     if own_backend:
         raise ValueError(
             "async_generation=True needs the built-in vLLM server backend: a `generation_backend` of your own or a "

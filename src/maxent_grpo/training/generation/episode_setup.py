@@ -13,8 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from trl.chat_template_utils import parse_response
 
+from maxent_grpo.collectives import Collectives
+from maxent_grpo.training.generation.backends.protocol import GenerationBackend
+from maxent_grpo.training.generation.completion_check import CompletionCheck
 from maxent_grpo.training.generation.environments import EnvironmentPool
-from maxent_grpo.training.generation.episodes import EpisodeSettings
+from maxent_grpo.training.generation.episodes import EpisodeBackend, EpisodePrompt, EpisodeSettings
 from maxent_grpo.training.generation.tool_calls import ToolCallPolicy
 
 if TYPE_CHECKING:
@@ -75,3 +78,32 @@ def episode_settings(
         max_model_len=max_model_len,
         policy=ToolCallPolicy(args.tool_timeout, args.tool_error_policy, getattr(trainer, "async_loop", None)),
     )
+
+
+def context_length(trainer: GRPOTrainer) -> int:
+    """The longest sequence an episode's turn may reach: the engine's ``max_model_len``, else the model's."""
+    engine_length = getattr(trainer.generation_backend, "max_model_len", None)
+    if engine_length is not None:
+        return int(engine_length)
+    config = trainer.model.config
+    return int(getattr(config, "text_config", config).max_position_embeddings)
+
+
+def step_backend(
+    trainer: Any, prompts: list, check: CompletionCheck, collectives: Collectives
+) -> tuple[GenerationBackend, list]:
+    """The backend a generation step collects from and what it is asked: the trainer's backend and the prompts, or,
+    with tools or environments, episodes run through it and the prompts with their dataset rows (`reset` arguments)."""
+    if trainer.episode_settings is None:
+        return trainer.generation_backend, prompts
+    if trainer.environment_pool is not None:
+        trainer.environment_pool.begin_step()
+    backend = EpisodeBackend(
+        trainer.generation_backend,
+        trainer.episode_settings,
+        environments=trainer.environment_pool,
+        check=check,
+        any_process=collectives.any,
+    )
+    rows = trainer._current_inputs
+    return backend, [EpisodePrompt(prompt, row) for prompt, row in zip(prompts, rows, strict=True)]
