@@ -1,10 +1,12 @@
 """Run under `accelerate launch` with two gloo processes and a DeepSpeed ZeRO config (CPU): server mode with the disk
-weight transfer against the real vLLM server at BASE_URL, for the full model and for a LoRA adapter on it.
+weight transfer against the real vLLM server at BASE_URL, for the full model and for a LoRA adapter on it, and for the
+full model with ``async_generation`` (no log-prob probe then: the calls made ahead run while the model trains, and a
+ZeRO-3 forward is a collective that only the main thread may run).
 
 Usage: probe_server_weights.py OUTPUT_DIR DEEPSPEED_CONFIG MODEL_DIR BASE_URL. Each process writes rank<r>.json: per
 run, its weight pushes and, after each generation call that brought completions back, the largest difference between
 the server's log-probs of a fixed text and the trained model's (its forward gathers the ZeRO-3 shards: every process
-runs it) and the initial model's.
+runs it) and the initial model's; and the staleness logged at each step.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from maxent_grpo.cli.command import _end_training
 from tests.support.server_logprobs import PROBE_TEXT, ProbeAfterEachCall, model_logprobs
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 
+STALENESS = "generation/staleness_max"
 LORA = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=0.0)
 
 
-def train(output_dir: Path, deepspeed_config: str, model_dir: str, base_url: str, initial: torch.Tensor, lora: bool):
+def train(output_dir: Path, deepspeed_config: str, model_dir: str, base_url: str, initial: torch.Tensor, **run: bool):
     config = tiny_config(
         output_dir,
         max_steps=3,
@@ -38,6 +41,7 @@ def train(output_dir: Path, deepspeed_config: str, model_dir: str, base_url: str
         vllm_mode="server",
         vllm_server_base_url=base_url,
         vllm_weight_transfer="disk",
+        async_generation=run["ahead"],
     )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)  # partitioned at load by ZeRO-3
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -47,17 +51,18 @@ def train(output_dir: Path, deepspeed_config: str, model_dir: str, base_url: str
         args=config,
         train_dataset=letter_dataset(24),
         processing_class=tokenizer,
-        peft_config=LORA if lora else None,
+        peft_config=LORA if run["lora"] else None,
     )
     backend = trainer.generation_backend
-    probe = ProbeAfterEachCall(backend, trainer.model, tokenizer, base_url, initial=initial)
+    probe = None if run["ahead"] else ProbeAfterEachCall(backend, trainer.model, tokenizer, base_url, initial=initial)
     trainer.train()
     record = {
         "zero_stage": trainer.accelerator.state.deepspeed_plugin.zero_stage,
         "weight_pushes": backend.stats["weight_pushes"],
-        "to_current": probe.to_current,
-        "to_initial": probe.to_initial,
+        "to_current": [] if probe is None else probe.to_current,
+        "to_initial": [] if probe is None else probe.to_initial,
         "version": backend.weight_version,
+        "staleness": [e[STALENESS] for e in trainer.state.log_history if STALENESS in e],
     }
     return trainer.accelerator, record
 
@@ -68,8 +73,10 @@ def main(output_dir: Path, deepspeed_config: str, model_dir: str, base_url: str)
     initial = model_logprobs(plain, AutoTokenizer.from_pretrained(model_dir)(PROBE_TEXT)["input_ids"])
     del plain
     runs: dict[str, Any] = {}
-    for name, lora in (("full", False), ("lora", True)):
-        accelerator, runs[name] = train(output_dir / name, deepspeed_config, model_dir, base_url, initial, lora)
+    for name, lora, ahead in (("full", False, False), ("lora", True, False), ("async", False, True)):
+        accelerator, runs[name] = train(
+            output_dir / name, deepspeed_config, model_dir, base_url, initial, lora=lora, ahead=ahead
+        )
     (output_dir / f"rank{accelerator.process_index}.json").write_text(json.dumps(runs))
     _end_training(accelerator)
 

@@ -1,6 +1,7 @@
 """The disk weight transfer on the engines that shard the model: two gloo processes train against one real vLLM
 server on 127.0.0.1, and the server serves the trained weights after every push. DeepSpeed ZeRO-2 / ZeRO-3 for a
-full model and a LoRA adapter; FSDP2 as it runs on CPU (the model sharded when it is loaded).
+full model and a LoRA adapter, and the full model generating ahead (``async_generation``); FSDP2 as it runs on CPU
+(the model sharded when it is loaded).
 
 The trainer runs here, in an environment without vLLM (the disk transport needs none); the server runs in one with
 vLLM, as a server on another machine would: ``VLLM_SERVER_PYTHON`` names its interpreter (`.ci/run` points it at the
@@ -76,6 +77,12 @@ def test_the_server_serves_the_trained_weights_after_every_push_under_zero(
         names = {key for shard in written.glob("*.safetensors") for key in safe_open(str(shard), "pt").keys()}  # noqa: SIM118
         assert "model.embed_tokens.weight" in names
         assert not any(part in key for key in names for part in ("lora", "base_layer", "base_model"))
+    # Generating ahead: the gathers of the weight walk stay on the main thread; the next batch comes from the weights
+    # of the step before, pushed by process 0 (step 1's for steps 1 and 2, step 2's for step 3).
+    rank0, rank1 = (rank["async"] for rank in ranks)
+    print(f"ZeRO-{stage} async: staleness {rank0['staleness']}, pushes {rank0['weight_pushes']}")
+    assert rank0["staleness"] == rank1["staleness"] == [0.0, 1.0, 1.0]
+    assert rank0["weight_pushes"] == 2 and rank1["weight_pushes"] == 0
 
 
 def test_the_server_serves_the_trained_weights_after_every_push_under_fsdp2(tmp_path: Path):
