@@ -230,7 +230,7 @@ class AsyncGeneration:
         except BaseException as error:  # replayed in the step, where the protocol decides what it means
             prefetch.error = error
         finally:
-            if set_deadline is not None and self.step_timeout is not None:
+            if set_deadline is not None:  # also the deadline `close` set: the backend is usable again
                 set_deadline(None)
             prefetch.seconds = time.monotonic() - began
 

@@ -259,6 +259,7 @@ def test_closing_cuts_a_call_in_flight_short_and_leaves_no_thread():
     ahead.close()
     assert time.monotonic() - began < 5
     assert not any(t.name == "maxent-grpo-async-generation" and t.is_alive() for t in threading.enumerate())
+    assert backend.deadline is None  # the backend is not left out of time for whoever uses it next
 
 
 def test_the_step_counts_the_weight_pushes_the_call_ahead_made():
