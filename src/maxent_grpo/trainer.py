@@ -294,7 +294,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             for name, value in tool_metrics(rows, backend.failures, collectives).items():
                 self._metrics[mode][name].append(value)
         completions = self._format_completions(prompts, rows)
-        return rows.prompt_ids, rows.completion_ids, rows.tool_mask(), completions, rows.logprobs, {}, None, []
+        fields = rows.reward_fields()
+        return rows.prompt_ids, rows.completion_ids, rows.tool_mask(), completions, rows.logprobs, fields, None, []
 
     def _format_completions(self, prompts: Sequence[Any], rows: GeneratedRows) -> list:
         messages = [None if trace is None else trace.messages for trace in rows.episodes]

@@ -89,3 +89,33 @@ def test_rollout_func_excludes_a_generation_backend(tmp_path):
             rollout_func=TaggingRollout(tokenizer),
             generation_backend=TaggingRollout(tokenizer),
         )
+
+
+class RolloutWithFields(TaggingRollout):
+    """`TaggingRollout`, also returning per row the prompt it answered (``answered``, a list) and one value for every
+    row (``episode_kind``), which reward functions receive as keyword arguments, as under TRL."""
+
+    def __call__(self, prompts, trainer):
+        output = super().__call__(prompts, trainer)
+        return {**output, "answered": [p.rstrip(":") for p in prompts], "episode_kind": "tagging"}
+
+
+def test_rollout_func_fields_reach_reward_functions_row_by_row_also_for_retried_rows(tmp_path):
+    model, tokenizer = tiny_model_and_tokenizer()
+    seen: list[tuple[str, str, str]] = []
+
+    def reward(prompts, completions, answer, answered, episode_kind, **kwargs):
+        seen.extend(zip(answer, answered, episode_kind, strict=True))
+        return _reward(prompts, completions, answer)
+
+    trainer = MaxEntGRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=tiny_config(tmp_path),
+        train_dataset=letter_dataset(),
+        processing_class=tokenizer,
+        rollout_func=RolloutWithFields(tokenizer),
+    )
+    trainer.train()
+    assert len(seen) == 2 * 4  # two steps of four rows, the two retried ones of step 1 included
+    assert all(tag == answered and kind == "tagging" for tag, answered, kind in seen)

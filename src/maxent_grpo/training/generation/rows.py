@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.episode_trace import EpisodeTrace
@@ -45,6 +46,8 @@ class GeneratedRows:
         episodes: per row, its `EpisodeTrace` (a tool-calling episode) or None, [B]; None for dropped rows.
         weight_versions: per row, the weight version its completion was sampled from (`Completion.weight_version`),
             [B]; None for dropped rows and where the backend does not know it.
+        extra_fields: per row, its completion's `Completion.extra_fields` (a ``rollout_func``'s other keys) or None,
+            [B]; None for dropped rows.
     """
 
     prompt_ids: list[list[int]]
@@ -55,6 +58,13 @@ class GeneratedRows:
     tool_masks: list[list[int] | None]
     episodes: list[EpisodeTrace | None]
     weight_versions: list[str | None]
+    extra_fields: list[dict[str, Any] | None]
+
+    def reward_fields(self) -> dict[str, list[Any]]:
+        """TRL's ``extra_fields``: per key any row's `extra_fields` hold, its value in every row (None in rows
+        without it, dropped ones included), [B] each."""
+        keys = dict.fromkeys(key for fields in self.extra_fields if fields for key in fields)
+        return {key: [None if fields is None else fields.get(key) for fields in self.extra_fields] for key in keys}
 
     def tool_mask(self) -> list[list[int]] | None:
         """TRL's ``tool_mask``, [B][C_i]: a kept row's own mask (tool-result tokens 0, all ones when it has none), a
@@ -91,6 +101,7 @@ def assemble_rows(
     tool_masks: list[list[int] | None] = []
     episodes: list[EpisodeTrace | None] = []
     weight_versions: list[str | None] = []
+    extra_fields: list[dict[str, Any] | None] = []
     for run, group in zip(runs, groups, strict=True):
         fallback_prompt = list(group[0].prompt_ids) if group else [placeholder_prompt_id]
         for position, row in enumerate(run):
@@ -105,6 +116,7 @@ def assemble_rows(
                 tool_masks.append(None if completion.tool_mask is None else list(completion.tool_mask))
                 episodes.append(completion.episode)
                 weight_versions.append(completion.weight_version)
+                extra_fields.append(completion.extra_fields)
             else:
                 prompt_ids.append(fallback_prompt)
                 completion_ids.append([placeholder_completion_id])
@@ -113,6 +125,7 @@ def assemble_rows(
                 tool_masks.append(None)
                 episodes.append(None)
                 weight_versions.append(None)
+                extra_fields.append(None)
     kept_logprobs = [lp for lp, k in zip(logprobs, keep, strict=True) if k]
     all_logprobs = None if any(lp is None for lp in kept_logprobs) else logprobs
     return GeneratedRows(
@@ -124,4 +137,5 @@ def assemble_rows(
         tool_masks,
         episodes,  # type: ignore[arg-type]
         weight_versions,
+        extra_fields,
     )

@@ -42,6 +42,8 @@ class Completion:
         episode: the turns, tool results and environment of a tool-calling episode, or None for a single turn.
         weight_version: the training-weights version the sampler held while it generated this completion (the vLLM
             server backend with the disk transport sets it), or None when the backend does not know it.
+        extra_fields: this row's values of what a ``rollout_func`` returned besides the token payload (TRL passes them
+            to reward functions as keyword arguments), or None.
     """
 
     text: str
@@ -52,6 +54,7 @@ class Completion:
     tool_mask: list[int] | None = None
     episode: EpisodeTrace | None = None
     weight_version: str | None = None
+    extra_fields: dict[str, Any] | None = None
 
     def to_trl_payload(self) -> dict[str, Any]:
         """Return the token-level payload in the shape TRL's ``_generate`` produces for one row."""

@@ -6,7 +6,8 @@ Here it is called with each prompt repeated for the slots still missing, and eac
 `Completion`: a row with ids outside the vocabulary, logprobs or ``env_mask`` of the wrong length, or no completion
 is a missing slot (`CompletionCheck`), retried like any other. A return whose keys or row count are wrong is a
 programming error and stops training with `BackendContractError` (a ``ValueError``, as TRL raises on missing keys).
-Extra keys are not passed to reward functions (not supported here).
+Its other keys reach reward functions as TRL passes them: a list holds one value per row (each row keeps its own, also
+when it is retried), anything else is every row's.
 
 Every process calls ``rollout_func`` in every round of a generation step, with an empty list when it has no slot
 missing: a ``rollout_func`` that makes collective calls (TRL's ``trainer.vllm_generation.generate`` gathers the
@@ -16,6 +17,7 @@ prompts of every process) then meets the same calls on every process, as under T
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from maxent_grpo.training.generation.backends.protocol import BackendContractError, Completion
@@ -39,6 +41,13 @@ def _numbers(values: Any) -> list[float] | None:
     if not all(isinstance(value, int | float) and not isinstance(value, bool) for value in values):
         return None
     return [float(value) for value in values]
+
+
+def _row_value(value: Any, row: int) -> Any:
+    """A row's value of an extra key, as TRL reads it: a list's item (None past its end), anything else itself."""
+    if isinstance(value, list):
+        return value[row] if row < len(value) else None
+    return value
 
 
 class RolloutFunctionBackend:
@@ -85,17 +94,18 @@ class RolloutFunctionBackend:
                     "row per prompt it receives."
                 )
         logprobs = output["logprobs"]
+        extra = {key: value for key, value in output.items() if key not in (*REQUIRED_KEYS, "env_mask")}
         row = 0
         for index, count in enumerate(counts):
             for _ in range(count):
-                groups[index].append(
-                    self._completion(
-                        output["prompt_ids"][row],
-                        output["completion_ids"][row],
-                        None if logprobs is None else logprobs[row],
-                        None if env_mask is None else env_mask[row],
-                    )
+                completion = self._completion(
+                    output["prompt_ids"][row],
+                    output["completion_ids"][row],
+                    None if logprobs is None else logprobs[row],
+                    None if env_mask is None else env_mask[row],
                 )
+                fields = {key: _row_value(value, row) for key, value in extra.items()}
+                groups[index].append(replace(completion, extra_fields=fields or None))
                 row += 1
         return groups
 
