@@ -23,10 +23,11 @@ from maxent_grpo.objective.sequence_logps import policy_per_token_logps, sequenc
 from maxent_grpo.training import metric_restriction
 from maxent_grpo.training.checkpoints import extra_state
 from maxent_grpo.training.checkpoints.resume import latest_complete_checkpoint
+from maxent_grpo.training.combination_checks import check_combinations
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, merge_extra_logs
 from maxent_grpo.training.empty_batches import EmptyBatchGuard, NoUsableGenerationError
 from maxent_grpo.training.entropy_bonus import scaled_entropy_bonus
-from maxent_grpo.training.generation.async_generation import AsyncGeneration, check_async_generation
+from maxent_grpo.training.generation.async_generation import AsyncGeneration
 from maxent_grpo.training.generation.backends import GenerationBackend, colocate_engine, trl_server_client
 from maxent_grpo.training.generation.backends.rollout_function import RolloutFunctionBackend
 from maxent_grpo.training.generation.backends.selection import build_backend, weight_transfer_name
@@ -109,20 +110,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         else:
             kwargs["args"] = maxent_config_from(kwargs.get("args"), model)
         config = positional[2] if len(positional) > 2 else kwargs["args"]
-        with_tools = bool(kwargs.get("tools")) or kwargs.get("environment_factory") is not None
-        if kwargs.get("rollout_func") is not None and (generation_backend is not None or with_tools):
-            raise ValueError(
-                "`rollout_func` is the generation backend: it cannot be combined with `generation_backend`, `tools` "
-                "or `environment_factory`."
-            )
-        if with_tools and config.dynamic_sampling:
-            raise ValueError("dynamic_sampling is not supported with `tools` or `environment_factory`.")
-        if config.async_generation:
-            own_backend = generation_backend is not None or kwargs.get("rollout_func") is not None
-            check_async_generation(config, own_backend=own_backend, tools=with_tools)
+        check_combinations(config, generation_backend, kwargs)
         colocate = config.use_vllm and config.vllm_mode == "colocate"
-        if colocate and config.vllm_tensor_parallel_size > 1:
-            raise ValueError("vllm_tensor_parallel_size > 1 is not supported by MaxEntGRPOTrainer's colocate backend.")
         with contextlib.ExitStack() as building:
             # TRL builds the reference model (beta != 0) by name only; a model built in-process gets its copy instead.
             if built_in_process(model):

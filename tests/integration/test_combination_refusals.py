@@ -1,5 +1,6 @@
-"""`async_generation` is refused, before anything is loaded, where its guarantees cannot hold (the config refuses the
-fields it can judge alone: see tests/unit/test_config.py)."""
+"""Combinations of trainer arguments refused before anything is loaded (`training.combination_checks`): generating
+ahead where its guarantees cannot hold (the config refuses the fields it can judge alone: tests/unit/test_config.py),
+and image data with the vLLM backends, which would leave the images out."""
 
 from __future__ import annotations
 
@@ -52,4 +53,17 @@ def test_async_generation_refuses_what_cannot_report_weight_versions_or_runs_col
             train_dataset=letter_dataset(),
             processing_class=tokenizer,
             **given,
+        )
+
+
+@pytest.mark.parametrize("column", ["image", "images"])
+def test_image_data_is_refused_with_the_vllm_backends_that_would_leave_the_images_out(tmp_path, column):
+    from datasets import Dataset
+
+    model, tokenizer = tiny_model_and_tokenizer()
+    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": "p0:"}]] * 4, column: [None] * 4})
+    config = tiny_config(tmp_path, use_vllm=True, vllm_mode="server", vllm_weight_transfer="disk")
+    with pytest.raises(ValueError, match=f"the training data has an '{column}' column, but .* text only"):
+        MaxEntGRPOTrainer(
+            model=model, reward_funcs=_reward, args=config, train_dataset=data, processing_class=tokenizer
         )
