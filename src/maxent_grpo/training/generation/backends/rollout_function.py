@@ -16,6 +16,7 @@ prompts of every process) then meets the same calls on every process, as under T
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -25,22 +26,29 @@ from maxent_grpo.training.generation.backends.protocol import BackendContractErr
 REQUIRED_KEYS = ("prompt_ids", "completion_ids", "logprobs")
 
 
-def _ids(values: Any) -> list[int] | None:
-    """``values`` as token ids, or None when they are not a sequence of integers."""
+def _as_list(values: Any) -> list[Any] | None:
+    """A row's values as a list: a sequence, or a numpy array or torch tensor (``tolist()``) of one dimension."""
+    if hasattr(values, "tolist") and getattr(values, "ndim", None) == 1:
+        values = values.tolist()
     if not isinstance(values, Sequence) or isinstance(values, str):
-        return None
-    if not all(isinstance(value, int) and not isinstance(value, bool) for value in values):
         return None
     return list(values)
 
 
+def _ids(values: Any) -> list[int] | None:
+    """``values`` as token ids, or None when they are not a sequence of integers (numpy's integers included)."""
+    listed = _as_list(values)
+    if listed is None or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in listed):
+        return None
+    return [int(value) for value in listed]
+
+
 def _numbers(values: Any) -> list[float] | None:
-    """``values`` as floats, or None when they are not a sequence of real numbers."""
-    if not isinstance(values, Sequence) or isinstance(values, str):
+    """``values`` as floats, or None when they are not a sequence of real numbers (numpy's included)."""
+    listed = _as_list(values)
+    if listed is None or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in listed):
         return None
-    if not all(isinstance(value, int | float) and not isinstance(value, bool) for value in values):
-        return None
-    return [float(value) for value in values]
+    return [float(value) for value in listed]
 
 
 def _row_value(value: Any, row: int) -> Any:

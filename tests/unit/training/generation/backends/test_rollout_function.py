@@ -77,3 +77,28 @@ def test_a_process_with_no_slot_missing_still_calls_the_rollout_func_with_no_pro
 
     assert _backend(rollout_func).generate(["a", "b"], [0, 0]) == [[], []]
     assert calls == [[]]
+
+
+def test_numpy_and_torch_rows_are_taken_as_lists_and_other_keys_ride_along_per_row():
+    import numpy as np
+    import torch
+
+    def rollout(prompts, trainer):
+        return {
+            "prompt_ids": [np.array([1, 2]) for _ in prompts],
+            "completion_ids": [torch.tensor([3, 25]) for _ in prompts],
+            "logprobs": [np.array([-0.5, -0.25], dtype=np.float32) for _ in prompts],
+            "turns": list(range(len(prompts))),
+            "source": "env",
+        }
+
+    groups = _backend(rollout).generate(["b?", "c?"], [2, 1])
+    completion = groups[1][0]
+    assert completion.prompt_ids == [1, 2] and completion.completion_ids == [3, 25]
+    assert completion.logprobs == [-0.5, -0.25] and not completion.failed
+    assert all(type(token) is int for token in completion.completion_ids)
+    assert [c.extra_fields for group in groups for c in group] == [
+        {"turns": 0, "source": "env"},
+        {"turns": 1, "source": "env"},
+        {"turns": 2, "source": "env"},
+    ]
