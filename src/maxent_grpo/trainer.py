@@ -270,7 +270,10 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
         kept_any = bool(agreement.group_kept.any())
         self._empty_batches.record(
-            training=mode == "train", kept_any=kept_any, num_groups=len(agreement.group_kept), reasons=batch.reasons
+            training=mode == "train",
+            kept_any=kept_any,
+            num_groups=len(agreement.group_kept),
+            reasons=[*batch.reasons, *getattr(backend, "reasons", ())],  # an episode's failures say why too
         )
         if isinstance(backend, EpisodeBackend):
             # TRL scores each row with its prompt as the episode saw it (the reset observation appended) and hands

@@ -110,7 +110,8 @@ class EpisodeBackend:
     """Runs ``counts[i]`` episodes of each `EpisodePrompt` through ``backend``; see the module docstring.
 
     A group comes back without its failed episodes. ``failures`` counts them by cause ("tool": a tool or environment
-    fault; "backend": a turn the backend did not deliver), over this object's life (one generation step).
+    fault; "backend": a turn the backend did not deliver), over this object's life (one generation step), and
+    ``reasons`` says why each failed (for the message of a batch in which every group was dropped).
     `GenerationStopped` from the backend goes through once every round is over. ``stats`` and ``set_deadline`` are
     the backend's.
     """
@@ -130,6 +131,7 @@ class EpisodeBackend:
         self.check = check
         self.any_process = any_process
         self.failures: dict[FailureCause, int] = {"tool": 0, "backend": 0}
+        self.reasons: list[str] = []
         self._kept: Exception | None = None
         self.stats = getattr(backend, "stats", None)
         set_deadline = getattr(backend, "set_deadline", None)
@@ -184,10 +186,12 @@ class EpisodeBackend:
             if failure.abandoned and episode is not None and self.environments is not None:
                 self.environments.abandon(episode.environment)
             logger.warning("Episode failed (%s fault): %s; its slot is retried.", failure.cause, failure)
+            self.reasons.append(f"episode failed ({failure.cause} fault): {failure}")
             return None
         except Exception as error:  # see the docstring: the rounds go on, the slot is missing
             self.failures["tool"] += 1
             logger.warning("Episode failed: %s: %s; its slot is retried.", type(error).__name__, error)
+            self.reasons.append(f"episode failed: {type(error).__name__}: {error}")
             return None
 
     def _call(self, prompts: list[TokenPrompt], counts: list[int]) -> list[list[Completion]] | None:

@@ -168,6 +168,8 @@ def test_a_tool_past_its_time_limit_fails_the_episode_and_feedback_keeps_a_raisi
         groups = backend.generate([EpisodePrompt(PROMPT, {})], [1])
         if outcome == "failed":
             assert groups == [[]] and backend.failures == {"tool": 1, "backend": 0}
+            [reason] = backend.reasons  # what a batch in which every group was dropped is said to have died of
+            assert reason.startswith("episode failed (tool fault): ") and "0.2" in reason, reason
         else:
             [[episode]] = groups
             assert episode.episode.tool_failures == 1
