@@ -21,13 +21,15 @@ took). Per arm the medians over steps and runs are printed, with the reward reac
 3. the reward reached after the same number of steps is within run-to-run variance of the sync arm (Welch's 95%
    interval of async - sync contains 0, `maxent_grpo.bench.stats`).
 
-Other work on the machine shows as time the trainer waited for a CPU (``/proc/self/task/*/schedstat``), printed per
-run; when some rounds are contended and at least two are not, the table and targets are printed again over the quiet
-rounds alone. The mean reward over all steps is compared too (informational: it shows how fast the reward rises,
-where a one-step-old batch lags).
+Before each run the benchmark waits (``--quiet-wait`` seconds at most) for both cores to be at least 90% idle. Other
+work that still overlaps a run shows as time the trainer waited for a CPU (``/proc/self/task/*/schedstat``), printed
+per run; when some rounds are contended and at least two are not, the table and targets are printed again over the
+quiet rounds alone. The mean reward over all steps is compared too (informational: it shows how fast the reward
+rises, where a one-step-old batch lags).
 
     python benchmarks/async_generation.py [--rounds 4] [--steps 8] [--hidden-size 256] [--num-layers 2]
-        [--batch-size 64] [--num-generations 8] [--max-completion-length 32] [--server-core 0] [--trainer-core 1]
+        [--batch-size 64] [--num-generations 8] [--max-completion-length 32] [--quiet-wait 60]
+        [--server-core 0] [--trainer-core 1]
         [--output-dir DIR | --update-results]
 
 The defaults (a 256-wide 2-layer model, 64 completions of at most 32 tokens a step, 8 per prompt, one micro-batch a
@@ -99,6 +101,41 @@ def runqueue_wait() -> float:
         except (OSError, IndexError, ValueError):
             continue
     return total / 1e9
+
+
+def core_busy(cores: Sequence[int], seconds: float = 1.0) -> float:
+    """The busiest of ``cores``' share of non-idle time over ``seconds`` (``/proc/stat``; 0 without it)."""
+
+    def sample() -> dict[int, tuple[int, int]]:
+        times = {}
+        try:
+            lines = Path("/proc/stat").read_text().splitlines()
+        except OSError:
+            return {}
+        for line in lines:
+            name, *fields = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores:
+                values = [int(value) for value in fields]
+                times[int(name[3:])] = (sum(values), values[3] + values[4])  # total, idle + iowait
+        return times
+
+    before = sample()
+    time.sleep(seconds)
+    after = sample()
+    shares = [
+        1.0 - (after[core][1] - before[core][1]) / max(after[core][0] - before[core][0], 1)
+        for core in before
+        if core in after
+    ]
+    return max(shares, default=0.0)
+
+
+def wait_for_quiet(cores: Sequence[int], timeout: float) -> float:
+    """Wait (at most ``timeout`` seconds) until other work leaves ``cores`` at least 90% idle; the seconds waited."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout and core_busy(cores) > 0.10:
+        pass
+    return time.monotonic() - began
 
 
 def start_server(model_dir: Path, port: int, core: int, max_model_len: int) -> subprocess.Popen[bytes]:
@@ -329,6 +366,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-completion-length", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--port", type=int, default=8131)
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=60.0,
+        help="before each run, wait up to this many seconds for both cores to be at least 90%% idle (0: do not)",
+    )
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument("--trainer-core", type=int, default=1)
     add_output_arguments(parser, "async_generation", Path(__file__).resolve().parent / "results" / "async_generation")
@@ -371,9 +414,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             train(options, model_dir, url, work, "sync", 1000, 2)  # warm-up: imports, the server's first requests
             for seed in range(options.rounds):
                 for arm in ARMS:
+                    gated = wait_for_quiet([options.server_core, options.trainer_core], options.quiet_wait)
                     rows, used = train(options, model_dir, url, work, arm, seed, options.steps)
                     runs[arm].append(rows)
-                    contention[arm].append(used | {"load_average_1min": os.getloadavg()[0]})
+                    contention[arm].append(used | {"load_average_1min": os.getloadavg()[0], "waited_for_quiet": gated})
                     timed = steady(rows)
                     print(
                         f"round {seed} {arm:>5}: wall/step {statistics.median(r['wall'] for r in timed):.3f} s, "

@@ -75,7 +75,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
       generated at its first micro-batch and the window is planned from their keep masks
       (`training.optimizer_window`): every micro-batch's loss carries the window's factor before its backward (so
       DeepSpeed, FSDP and DDP all step on the corrected gradient), and a window without a kept row on any process
-      runs no forward or backward at all (no engine, momentum or weight-decay step).
+      runs no forward or backward at all (no engine, momentum or weight-decay step). With ``async_generation`` the
+      next window's inputs are read ahead and its first generation call is made in the background while this window
+      trains; its generation step replays that call and runs the rest as usual (`training.generation.async_generation`).
     - `train`: ``resume_from_checkpoint=True`` takes the latest *complete* checkpoint (partial ones skipped); a run
       in which every generation batch was dropped raises `NoUsableGenerationError` at its end instead of returning
       as if it had trained.
