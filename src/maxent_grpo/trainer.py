@@ -77,7 +77,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
       DeepSpeed, FSDP and DDP all step on the corrected gradient), and a window without a kept row on any process
       runs no forward or backward at all (no engine, momentum or weight-decay step). With ``async_generation`` the
       next window's inputs are read ahead and its first generation call is made in the background while this window
-      trains; its generation step replays that call and runs the rest as usual (`training.generation.async_generation`).
+      trains; its generation step replays that call and runs the rest as usual (`generation.async_generation`).
     - `train`: ``resume_from_checkpoint=True`` takes the latest *complete* checkpoint (partial ones skipped); a run
       in which every generation batch was dropped raises `NoUsableGenerationError` at its end instead of returning
       as if it had trained.
