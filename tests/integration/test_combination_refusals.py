@@ -67,3 +67,21 @@ def test_image_data_is_refused_with_the_vllm_backends_that_would_leave_the_image
         MaxEntGRPOTrainer(
             model=model, reward_funcs=_reward, args=config, train_dataset=data, processing_class=tokenizer
         )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"num_iterations": 2}, r"trained over 2 optimizer steps .* set max_staleness >= 2"),
+        ({"steps_per_generation": 3, "gradient_accumulation_steps": 2}, "line up with optimizer steps"),
+    ],
+)
+def test_async_generation_refuses_generations_trained_longer_than_max_staleness_allows(tmp_path, overrides, message):
+    model, tokenizer = tiny_model_and_tokenizer()
+    config = tiny_config(
+        tmp_path, use_vllm=True, vllm_mode="server", vllm_weight_transfer="disk", async_generation=True, **overrides
+    )
+    with pytest.raises(ValueError, match=message):
+        MaxEntGRPOTrainer(
+            model=model, reward_funcs=_reward, args=config, train_dataset=letter_dataset(), processing_class=tokenizer
+        )

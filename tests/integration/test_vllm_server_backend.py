@@ -7,6 +7,7 @@ import logging
 import math
 import re
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -330,6 +331,27 @@ def test_an_answer_trickled_byte_by_byte_is_cut_off_at_the_request_timeout(serve
     assert backend.stats["infrastructure_failures"] == 1
     (failure,) = [m for m in messages(backend_logs) if m.startswith("infrastructure failure")]
     assert "Timeout" in failure
+
+
+@pytest.mark.parametrize("server", ["slow", "trickle"])
+def test_requests_in_flight_are_cut_off_at_once_when_cancelled(server, servers, tokenizer):
+    """Training that stops (Ctrl-C, an exception) with a call in flight on another thread: `cancel_requests` ends the
+    call's requests at once, waiting for the answer's headers or in the middle of its body, and none is tried again
+    once the deadline has passed."""
+    backend = make_backend(servers[server], tokenizer, request_timeout=60.0, max_attempts=3)
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(backend.generate(["ab", "cd"], [2, 2])), daemon=True)
+    worker.start()
+    time.sleep(1.0)  # the requests are waiting on the server
+    start = time.monotonic()
+    backend.set_deadline(time.monotonic())
+    backend.cancel_requests()
+    worker.join(timeout=10)
+    elapsed = time.monotonic() - start
+
+    assert not worker.is_alive() and result == [[[], []]]
+    assert elapsed < 5  # a bound, not a benchmark: the server would take 30 s (slow) or over 7 s (trickle)
+    assert backend.stats["requests"] == 2  # no new try after the cut
 
 
 def test_a_generation_step_with_a_time_budget_ends_within_it_and_drops_what_is_missing(

@@ -71,7 +71,8 @@ class Prefetch:
 
     Attributes:
         step: TRL's micro-step whose generation it is for.
-        call: the call made.
+        call: the call made, as the step will make it.
+        sent: its prompts as sent to the backend (token ids, tokenized on the main thread, where the backend can).
         stats_before: the backend's weight counters (`WEIGHT_STAT_KEYS`) when it started, or None.
         groups / error: what the call returned, or what it raised.
         seconds: how long the call took.
@@ -79,10 +80,12 @@ class Prefetch:
 
     step: int
     call: FirstCall
+    sent: list[Any]
     stats_before: dict[str, int] | None
     groups: list[list[Completion]] | None = None
     error: BaseException | None = None
     seconds: float = 0.0
+    cancelled: bool = False
     thread: threading.Thread | None = field(default=None, repr=False)
 
 
@@ -131,7 +134,9 @@ class AsyncGeneration:
         backend: the trainer's backend (the vLLM server backend).
         generate_every: TRL's micro-steps between generations (``steps_per_generation * num_iterations``).
         window_size: micro-batches of a full optimizer window (``gradient_accumulation_steps``).
-        max_staleness: optimizer steps a completion's weights may lag behind the trained ones.
+        max_staleness: optimizer steps a completion's weights may lag behind those it is last trained from.
+        span: optimizer steps one generation's rows are trained over (``num_iterations`` windows, or the windows
+            ``steps_per_generation`` micro-batches span); staleness is counted at the last of them.
         group_size: G, completions per prompt.
         process_index: this process's index.
         step_timeout: ``generation_step_timeout``: bounds the call made ahead too, from its start.
@@ -147,11 +152,13 @@ class AsyncGeneration:
         group_size: int,
         process_index: int,
         step_timeout: float | None,
+        span: int = 1,
     ) -> None:
         self.backend = backend
         self.generate_every = generate_every
         self.window_size = window_size
         self.max_staleness = max_staleness
+        self.span = span
         self.group_size = group_size
         self.process_index = process_index
         self.step_timeout = step_timeout
@@ -162,11 +169,22 @@ class AsyncGeneration:
         self._version_steps: dict[str, int] = {}
         self._waited = 0.0
         self._replayed: ReplayedFirstCall | None = None
+        self._abandoned: list[Prefetch] = []
 
     @classmethod
     def of(cls, trainer: Any) -> AsyncGeneration:
-        """The one of a `MaxEntGRPOTrainer` whose TRL init and backend are built."""
+        """The one of a `MaxEntGRPOTrainer` whose TRL init and backend are built.
+
+        Raises:
+            ValueError: the backend does not ask for the sampler's log-probs (``generation_kwargs`` turned them off),
+                which TRL's importance-sampling correction of the rows generated ahead needs.
+        """
         args = trainer.args
+        if not getattr(trainer.generation_backend, "wants_logprobs", True):
+            raise ValueError(
+                "async_generation=True needs the sampler's log-probs for TRL's importance-sampling correction of the "
+                "rows generated ahead, and generation_kwargs turns them off."
+            )
         return cls(
             trainer.generation_backend,
             generate_every=args.steps_per_generation * trainer.num_iterations,
@@ -175,6 +193,7 @@ class AsyncGeneration:
             group_size=trainer.num_generations,
             process_index=trainer.accelerator.process_index,
             step_timeout=args.generation_step_timeout,
+            span=generation_span(args),
         )
 
     # ------------------------------------------------------------------------------------------ window inputs
@@ -213,7 +232,9 @@ class AsyncGeneration:
         sync_weights()
         inputs = self._ahead[upcoming[0] - start - size]
         call = first_call([row["prompt"] for row in inputs], self.process_index, self.group_size)
-        prefetch = Prefetch(upcoming[0], call, _weight_counts(self.backend))
+        tokenize = getattr(self.backend, "token_prompts", None)  # one thread uses the tokenizer at a time
+        sent = list(call.prompts) if tokenize is None else tokenize(call.prompts)
+        prefetch = Prefetch(upcoming[0], call, sent, _weight_counts(self.backend))
         prefetch.thread = threading.Thread(
             target=self._run, args=(prefetch,), name="maxent-grpo-async-generation", daemon=True
         )
@@ -223,10 +244,11 @@ class AsyncGeneration:
     def _run(self, prefetch: Prefetch) -> None:
         set_deadline = getattr(self.backend, "set_deadline", None)
         began = time.monotonic()
-        if set_deadline is not None and self.step_timeout is not None:
+        if set_deadline is not None and self.step_timeout is not None and not prefetch.cancelled:
             set_deadline(began + self.step_timeout)
         try:
-            prefetch.groups = self.backend.generate(list(prefetch.call.prompts), list(prefetch.call.counts))
+            if not prefetch.cancelled:
+                prefetch.groups = self.backend.generate(list(prefetch.sent), list(prefetch.call.counts))
         except BaseException as error:  # replayed in the step, where the protocol decides what it means
             prefetch.error = error
         finally:
@@ -234,13 +256,19 @@ class AsyncGeneration:
                 set_deadline(None)
             prefetch.seconds = time.monotonic() - began
 
-    def wait(self) -> None:
-        """Wait for the call in flight, if any (its result is kept for the step it is for)."""
-        prefetch = self._inflight
+    def _join(self, prefetch: Prefetch | None, timeout: float | None = None) -> None:
         if prefetch is not None and prefetch.thread is not None and prefetch.thread.is_alive():
             began = time.monotonic()
-            prefetch.thread.join()
+            prefetch.thread.join(timeout)
             self._waited += time.monotonic() - began
+
+    def wait(self) -> None:
+        """Wait for the call in flight, if any (its result is kept for the step it is for), and for any call `close`
+        abandoned: only then is the backend free for the caller."""
+        for abandoned in self._abandoned:
+            self._join(abandoned)
+        self._abandoned = []
+        self._join(self._inflight)
 
     def take(self, step: int, prompts: Sequence[Any], trained_step: int, training: bool) -> ReplayedFirstCall | None:
         """Wait for the call in flight and, for a ``training`` generation at micro-step ``step`` of these ``prompts``
@@ -262,7 +290,7 @@ class AsyncGeneration:
 
         def fresh(completion: Completion) -> bool:
             written = self._version_steps.get(completion.weight_version or "")
-            return written is not None and trained_step - written <= self.max_staleness
+            return written is not None and trained_step + self.span - 1 - written <= self.max_staleness
 
         self._replayed = ReplayedFirstCall(self.backend, prefetch, fresh)
         return self._replayed
@@ -273,15 +301,22 @@ class AsyncGeneration:
             self._version_steps.setdefault(version, step)
 
     def close(self) -> None:
-        """Stop: no new try of the call in flight starts, and it is waited for (bounded), then abandoned."""
+        """Stop the call in flight: its requests are cut off and none is tried again (a weight push the server is
+        paused for still resumes it), and it is waited for, at most `_CLOSE_WAIT_SECONDS`; one still running then is
+        abandoned (its thread is a daemon, and whoever uses the backend next waits for it first)."""
         prefetch, self._inflight, self._ahead, self._iterator = self._inflight, None, [], None
         if prefetch is None or prefetch.thread is None or not prefetch.thread.is_alive():
             return
+        prefetch.cancelled = True
         set_deadline = getattr(self.backend, "set_deadline", None)
         if set_deadline is not None:
             set_deadline(time.monotonic())
-        prefetch.thread.join(_CLOSE_WAIT_SECONDS)
+        cancel = getattr(self.backend, "cancel_requests", None)
+        if cancel is not None:
+            cancel()
+        self._join(prefetch, _CLOSE_WAIT_SECONDS)
         if prefetch.thread.is_alive():
+            self._abandoned.append(prefetch)
             logger.warning(
                 "the generation request made ahead is still in flight after %.0f s: abandoned", _CLOSE_WAIT_SECONDS
             )
@@ -298,7 +333,7 @@ class AsyncGeneration:
         completions asked for again as too stale, and the seconds the call ahead took and was waited for, over all
         processes (a collective: every process calls it once per training generation)."""
         lags = [
-            trained_step - self._version_steps[version]
+            trained_step + self.span - 1 - self._version_steps[version]
             for version, kept in zip(rows.weight_versions, rows.keep, strict=True)
             if kept and version in self._version_steps
         ]
@@ -323,13 +358,28 @@ class AsyncGeneration:
         }
 
 
+def generation_span(args: Any) -> int:
+    """Optimizer steps one generation batch is trained over: ``num_iterations`` windows where a generation covers
+    whole windows (``steps_per_generation * num_iterations`` a multiple of ``gradient_accumulation_steps``), else 1
+    (several generations in one window). Raises ValueError where generations and windows do not line up."""
+    generate_every, window = args.steps_per_generation * args.num_iterations, args.gradient_accumulation_steps
+    if generate_every % window and window % generate_every:
+        raise ValueError(
+            f"async_generation=True needs generations that line up with optimizer steps: steps_per_generation * "
+            f"num_iterations ({generate_every}) a multiple or a divisor of gradient_accumulation_steps ({window})."
+        )
+    return max(generate_every // window, 1)
+
+
 def check_async_generation(args: Any, *, own_backend: bool, tools: bool) -> None:
     """Refuse ``async_generation`` where it cannot hold its guarantees (the config checked the fields it can alone).
 
     Raises:
         ValueError: with a user's own backend or a ``rollout_func`` (neither tags completions with weight versions nor
             is known to be safe to call from a second thread), with tools or environments (an episode's turns are
-            collective rounds, which must stay on the main thread), or with a weight transfer that resolves to NCCL.
+            collective rounds, which must stay on the main thread), with generations that do not line up with
+            optimizer steps or are trained over more steps than ``max_staleness`` allows, or with a weight transfer
+            that resolves to NCCL.
     """
     if own_backend:
         raise ValueError(
@@ -338,6 +388,13 @@ def check_async_generation(args: Any, *, own_backend: bool, tools: bool) -> None
         )
     if tools:
         raise ValueError("async_generation=True is not supported with `tools` or `environment_factory`.")
+    span = generation_span(args)
+    if span > args.max_staleness:
+        raise ValueError(
+            f"async_generation=True with max_staleness={args.max_staleness}: each generation batch is trained over "
+            f"{span} optimizer steps (num_iterations={args.num_iterations}), so rows generated a step ahead are "
+            f"{span} steps old when last trained on; set max_staleness >= {span}."
+        )
     if weight_transfer_name(args) != "disk":
         raise ValueError(
             "async_generation=True needs vllm_weight_transfer='disk' (here 'auto' resolves to NCCL, which does not "

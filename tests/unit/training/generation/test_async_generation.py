@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.generation.async_generation import AsyncGeneration, FirstCall, first_call
-from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.backends.protocol import Completion, TokenPrompt
 from maxent_grpo.training.generation.completion_check import CompletionCheck
 from maxent_grpo.training.generation.step import GenerationStep
 
@@ -56,7 +56,7 @@ def windows(count: int, size: int = 1) -> list[list[dict]]:
     return [rows(f"{k}-a", f"{k}-b") for k in range(count * size)]
 
 
-def make(backend, generate_every=1, window_size=1, max_staleness=1) -> AsyncGeneration:
+def make(backend, generate_every=1, window_size=1, max_staleness=1, span=1) -> AsyncGeneration:
     return AsyncGeneration(
         backend,
         generate_every=generate_every,
@@ -65,6 +65,7 @@ def make(backend, generate_every=1, window_size=1, max_staleness=1) -> AsyncGene
         group_size=2,
         process_index=0,
         step_timeout=None,
+        span=span,
     )
 
 
@@ -355,3 +356,62 @@ def test_whatever_the_call_ahead_brought_back_the_step_keeps_only_aligned_fresh_
     rows = step.assemble(batch, step.agree(batch))
     metrics = ahead.metrics(rows, 5, Collectives.single())
     assert 0 <= metrics["generation/staleness_max"] <= 1
+
+
+def test_with_num_iterations_two_staleness_is_counted_at_the_last_step_a_batch_is_trained():
+    backend = VersionedBackend()
+    ahead = make(backend, generate_every=2, max_staleness=2, span=2)  # each batch is trained at two steps
+    iterator = iter(windows(4))
+    ahead.window_inputs(iterator, 1, 0)
+    ahead.window_inputs(iterator, 1, 1)  # window 1: no generation; window 2 has one
+    backend.version = "v1"
+    ahead.weights_written("v1", 1)
+    ahead.start_next(None, lambda: None, last_window=False)
+    batch = ahead.window_inputs(iterator, 1, 2)
+    prompts = [row["prompt"] for row in batch[0]]
+    replayed = ahead.take(2, prompts, trained_step=2, training=True)
+    step = GenerationStep(
+        replayed, check=CompletionCheck(100), collectives=Collectives.single(), group_size=2, max_retry_rounds=0,
+        placeholder_prompt_id=0, placeholder_completion_id=0,
+    )  # fmt: skip
+    local = step.collect(prompts)
+    metrics = ahead.metrics(step.assemble(local, step.agree(local)), 2, Collectives.single())
+    assert all(local.complete) and metrics["generation/staleness_max"] == 2.0  # trained again at step 3
+
+
+def test_a_call_that_outlives_closing_is_waited_for_by_whoever_uses_the_backend_next(monkeypatch):
+    from maxent_grpo.training.generation import async_generation
+
+    monkeypatch.setattr(async_generation, "_CLOSE_WAIT_SECONDS", 0.2)
+    backend = VersionedBackend()
+    backend.gate = threading.Event()
+    backend.set_deadline = lambda deadline: None  # a backend that cannot be cut short
+    ahead = make(backend)
+    ahead.window_inputs(iter(windows(3)), 1, 0)
+    ahead.start_next(0, lambda: None, last_window=False)
+    ahead.close()
+    [thread] = [t for t in threading.enumerate() if t.name == "maxent-grpo-async-generation"]
+    assert thread.is_alive()  # abandoned, not joined
+    threading.Timer(0.3, backend.gate.set).start()
+    ahead.wait()  # an evaluation, or the next train call, waits for it before it uses the backend
+    assert not thread.is_alive()
+
+
+def test_prompts_are_tokenized_on_the_main_thread_where_the_backend_can():
+    backend = VersionedBackend()
+    tokenized_on: list[str] = []
+
+    def token_prompts(prompts):
+        tokenized_on.append(threading.current_thread().name)
+        return [TokenPrompt((ord(p[0]),)) for p in prompts]
+
+    backend.token_prompts = token_prompts
+    ahead = make(backend)
+    iterator = iter(windows(3))
+    ahead.window_inputs(iterator, 1, 0)
+    ahead.start_next(0, lambda: None, last_window=False)
+    ahead.wait()
+    assert tokenized_on == [threading.current_thread().name]
+    assert backend.calls[0][0] == [TokenPrompt((ord("1"),)), TokenPrompt((ord("1"),))]
+    batch = ahead.window_inputs(iterator, 1, 1)
+    assert ahead.take(1, [row["prompt"] for row in batch[0]], trained_step=1, training=True) is not None

@@ -6,6 +6,8 @@ connecting is bounded by the time left when the request is sent; the headers are
 connection's socket at the deadline (a session must mount `DeadlineAdapter` for it); the body is then read piece by
 piece as it arrives, each read narrowing the socket's timeout to the time left. A slow answer is so cut off at the
 deadline and its connection closed (not returned to the pool, where a half-read answer would poison the next request).
+`DeadlineAdapter.cut_off_all` also cuts off, at once, every exchange of its session in flight (training that stops
+does not wait for a request of its own to end).
 """
 
 from __future__ import annotations
@@ -42,6 +44,30 @@ _READ_BYTES = 1 << 16
 _current = threading.local()
 
 
+class _InFlight:
+    """The sockets of one session's exchanges in flight, to cut them off together."""
+
+    def __init__(self) -> None:
+        self._sockets: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def add(self, sock: socket.socket | None) -> None:
+        if sock is not None:
+            with self._lock:
+                self._sockets.add(sock)
+
+    def discard(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            self._sockets.discard(sock)  # type: ignore[arg-type]
+
+    def cut_off_all(self) -> None:
+        with self._lock:
+            sockets = list(self._sockets)
+        for sock in sockets:
+            with suppress(OSError):  # closed meanwhile
+                sock.shutdown(socket.SHUT_RDWR)
+
+
 class _HeadersByDeadline:
     """Mixed into urllib3's connections: waiting for an answer's headers ends at the exchange's deadline."""
 
@@ -54,10 +80,16 @@ class _HeadersByDeadline:
         watchdog = threading.Timer(max(deadline - time.monotonic(), 0.0), self._cut_off)
         watchdog.daemon = True
         watchdog.start()
+        in_flight: _InFlight | None = getattr(_current, "in_flight", None)
+        sock = self.sock
+        if in_flight is not None:
+            in_flight.add(sock)
         try:
             return super().getresponse()  # type: ignore[misc]
         finally:
             watchdog.cancel()
+            if in_flight is not None:
+                in_flight.discard(sock)
 
     def _cut_off(self) -> None:
         sock = self.sock
@@ -84,6 +116,14 @@ class _SecurePool(HTTPSConnectionPool):
 
 class DeadlineAdapter(HTTPAdapter):
     """`requests`' adapter whose connections bound the wait for an answer's headers by `exchange`'s deadline."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.in_flight = _InFlight()
+        super().__init__(*args, **kwargs)
+
+    def cut_off_all(self) -> None:
+        """Cut off every exchange in flight through this adapter (each raises one of `TRANSIENT_ERRORS`)."""
+        self.in_flight.cut_off_all()
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **kwargs)
@@ -120,7 +160,9 @@ def exchange(
     decoded (`urllib3.exceptions.DecodeError`), or the answer is not complete by the deadline (`requests.Timeout`).
     """
     wait = _time_left(deadline)
-    _current.deadline = deadline
+    adapter = session.get_adapter(url)
+    in_flight = adapter.in_flight if isinstance(adapter, DeadlineAdapter) else None
+    _current.deadline, _current.in_flight = deadline, in_flight
     try:
         response = session.request(method, url, json=payload, timeout=(wait, wait), stream=True)
     except TRANSIENT_ERRORS as error:
@@ -128,12 +170,18 @@ def exchange(
             raise requests.Timeout("the answer's headers were not complete by the request's deadline") from error
         raise
     finally:
-        _current.deadline = None
+        _current.deadline, _current.in_flight = None, None
+    connection = response.raw.connection
+    sock = None if connection is None else connection.sock
+    if in_flight is not None:
+        in_flight.add(sock)
     complete = False
     try:
         body = _read_body(response.raw, deadline)
         complete = True
     finally:
+        if in_flight is not None:
+            in_flight.discard(sock)
         if not complete:
             response.close()  # a half-read connection cannot be reused: drop it
     return Answer(response.status_code, body)

@@ -13,7 +13,8 @@ restart, which brings the launch weights back), the pusher loads the version int
 ``POST /pause?mode=keep``, ``POST /collective_rpc`` running the worker extension's reload (`server_reload_extension`:
 tied layers included, and a report of any engine parameter left stale), ``POST /reset_prefix_cache``,
 ``POST /resume``, and last ``POST /update_weight_version``: the server claims the version only once all of it has
-loaded. Any other process waits until the server claims it. Failures are of two kinds:
+loaded. Once the server is paused, the push runs to its end (or at least resumes the server), whatever is left of
+the step's time budget. Any other process waits until the server claims it. Failures are of two kinds:
 
 - the server cannot be reached (refused connection, timeout): an infrastructure fault; the call generates nothing and
   its groups are retried or dropped like any other missing slots;
@@ -303,10 +304,13 @@ class ServerWeightSync:
         if pause.status != 200:
             return f"POST /pause answered HTTP {pause.status}: {pause.text(300)}"
         payload = {"method": RELOAD_METHOD, "kwargs": {"weights_path": path}}
+        # Once the server is paused, the push runs to its end (or to the server resumed), whatever is left of the
+        # step's time budget: a server left paused would hold every client's requests.
         try:
-            refusal = self._reload_problem(self._exchange("POST", "/collective_rpc", payload, self.request_timeout))
+            reload = self._exchange("POST", "/collective_rpc", payload, self.request_timeout, within_step=False)
+            refusal = self._reload_problem(reload)
             if refusal is None:
-                reset = self._exchange("POST", "/reset_prefix_cache", None, self.request_timeout)
+                reset = self._exchange("POST", "/reset_prefix_cache", None, self.request_timeout, within_step=False)
                 if reset.status != 200:
                     refusal = f"POST /reset_prefix_cache answered HTTP {reset.status}: {reset.text(300)}"
         except (*TRANSIENT_ERRORS, WeightsRefused):
@@ -318,7 +322,9 @@ class ServerWeightSync:
             return refusal
         if resume.status != 200:
             return f"POST /resume answered HTTP {resume.status}: {resume.text(300)}"
-        claimed = self._exchange("POST", "/update_weight_version", {"new_version": version}, self.request_timeout)
+        claimed = self._exchange(
+            "POST", "/update_weight_version", {"new_version": version}, self.request_timeout, within_step=False
+        )
         if claimed.status != 200:
             return f"POST /update_weight_version answered HTTP {claimed.status}: {claimed.text(300)}"
         return None
@@ -327,9 +333,9 @@ class ServerWeightSync:
         """``POST /resume``, tried twice: vLLM closes the connection after an error answer (a failed reload), and a
         request sent on it meanwhile is reset."""
         try:
-            return self._exchange("POST", "/resume", None, self.request_timeout)
+            return self._exchange("POST", "/resume", None, self.request_timeout, within_step=False)
         except TRANSIENT_ERRORS:
-            return self._exchange("POST", "/resume", None, self.request_timeout)
+            return self._exchange("POST", "/resume", None, self.request_timeout, within_step=False)
 
     def _reload_problem(self, answer: Answer) -> str | None:
         text = answer.text(600)

@@ -59,7 +59,7 @@ from maxent_grpo.training.generation.backends.http_deadline import (
     exchange,
 )
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
-from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.backends.protocol import Completion, TokenPrompt
 from maxent_grpo.training.generation.backends.request_seeds import RequestSeeds
 from maxent_grpo.training.generation.backends.sampling import SamplingSettings, check_int, check_number
 from maxent_grpo.training.generation.backends.server_weight_sync import ServerWeightSync, WeightSource, parameters
@@ -381,6 +381,18 @@ class VLLMServerBackend:
                 "(completions come from the model the server at %s was started with).",
                 self.base_url,
             )
+
+    def cancel_requests(self) -> None:
+        """Cut off every request in flight now (weight pushes included); each ends as an infrastructure failure, and
+        with a deadline already passed (`set_deadline`) none is tried again."""
+        for adapter in {id(a): a for a in self._session.adapters.values()}.values():
+            if isinstance(adapter, DeadlineAdapter):
+                adapter.cut_off_all()
+
+    def token_prompts(self, prompts: Sequence[Any]) -> list[TokenPrompt]:
+        """``prompts`` as the token ids this backend would send them as (tokenized here, on the caller's thread)."""
+        encoded = encode_prompts(self.tokenizer, list(prompts), self.sampling.chat_template_kwargs)
+        return [TokenPrompt(tuple(ids)) for ids in encoded]
 
     def close(self) -> None:
         """Close the HTTP connections."""
