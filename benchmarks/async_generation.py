@@ -22,10 +22,10 @@ took). Per arm the medians over steps and runs are printed, with the reward reac
    interval of async - sync contains 0, `maxent_grpo.bench.stats`).
 
 Before each run the benchmark waits (``--quiet-wait`` seconds at most) for both cores to be at least 90% idle. Other
-work that still overlaps a run shows as time the trainer waited for a CPU (``/proc/self/task/*/schedstat``), printed
-per run; when some rounds are contended and at least two are not, the table and targets are printed again over the
-quiet rounds alone. The mean reward over all steps is compared too (informational: it shows how fast the reward
-rises, where a one-step-old batch lags).
+work that still overlaps a run shows as time the trainer waited for a CPU (``schedstat`` of its threads in
+``/proc``), printed per run; when some rounds are contended and at least two are not, the table and targets
+are printed again over the quiet rounds alone. The mean reward over all steps is compared too (informational: it
+shows how fast the reward rises, where a one-step-old batch lags).
 
     python benchmarks/async_generation.py [--rounds 4] [--steps 8] [--hidden-size 256] [--num-layers 2]
         [--batch-size 64] [--num-generations 8] [--max-completion-length 32] [--quiet-wait 60]
@@ -58,7 +58,8 @@ from typing import Any
 
 ARMS = ("sync", "async")
 # A round is quiet when, in both arms, the trainer waited for a CPU (other work on its core) at most this share of
-# the run's wall time; the async arm's own threads (the call made ahead) add a few percent.
+# the run's wall time; the async arm's own threads (the call made ahead) add a few percent. (The server's waits are
+# recorded too, but its own threads queue for its one core, so they do not tell other work apart.)
 QUIET_SHARE = 0.10
 
 
@@ -92,14 +93,19 @@ class GenerationTimer:
         )
 
 
-def runqueue_wait() -> float:
-    """Seconds this process's threads have waited for a CPU so far (``/proc/self/task/*/schedstat``; 0 without it)."""
-    total = 0
-    for stat in Path("/proc/self/task").glob("*/schedstat"):
-        try:
-            total += int(stat.read_text().split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
+def runqueue_wait(root: int | None = None) -> float:
+    """Seconds the threads of this process (``root`` None) or of process ``root`` and its descendants have waited
+    for a CPU so far (``/proc/<pid>/task/*/schedstat``; 0 without it)."""
+    pending, total = ["self" if root is None else str(root)], 0
+    while pending:
+        task_dir = Path("/proc") / pending.pop() / "task"
+        for task in task_dir.glob("*"):
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+                if root is not None:
+                    pending += (task / "children").read_text().split()
+            except (OSError, IndexError, ValueError):
+                continue
     return total / 1e9
 
 
@@ -166,10 +172,16 @@ def start_server(model_dir: Path, port: int, core: int, max_model_len: int) -> s
 
 
 def train(
-    options: argparse.Namespace, model_dir: Path, url: str, work: Path, arm: str, seed: int, steps: int
+    options: argparse.Namespace,
+    model_dir: Path,
+    server: subprocess.Popen[bytes],
+    work: Path,
+    arm: str,
+    seed: int,
+    steps: int,
 ) -> tuple[list[dict[str, float]], dict[str, float]]:
-    """One run of ``arm``: per-step figures (all steps, the first included), and the seconds the trainer waited for
-    a CPU and ran on one during the run (other work on its core shows in the first)."""
+    """One run of ``arm``: per-step figures (all steps, the first included), and the seconds the trainer and the
+    server waited for a CPU and the trainer ran on one during the run (other work on their cores shows as waits)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
 
@@ -199,7 +211,7 @@ def train(
         use_cpu=True,
         use_vllm=True,
         vllm_mode="server",
-        vllm_server_base_url=url,
+        vllm_server_base_url=f"http://127.0.0.1:{options.port}",
         vllm_weights_dir=str(run_dir / "weights"),
         async_generation=arm == "async",
         report_to="none",
@@ -223,9 +235,13 @@ def train(
     trainer.remove_callback(PrinterCallback)  # the per-step log dictionaries
     timer = GenerationTimer(trainer.generation_backend.generate)
     trainer.generation_backend.generate = timer
-    waited, cpu = runqueue_wait(), time.process_time()
+    waited, served, cpu = runqueue_wait(), runqueue_wait(server.pid), time.process_time()
     trainer.train()
-    contention = {"runqueue_wait": runqueue_wait() - waited, "cpu": time.process_time() - cpu}
+    contention = {
+        "runqueue_wait": runqueue_wait() - waited,
+        "server_runqueue_wait": runqueue_wait(server.pid) - served,
+        "cpu": time.process_time() - cpu,
+    }
     logs = {entry["step"]: entry for entry in trainer.state.log_history if "reward" in entry}
     rows = []
     for step in range(1, len(ends.ends)):
@@ -409,13 +425,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         )
         max_model_len = 64 * (2 + options.max_completion_length // 64)
         server = start_server(model_dir, options.port, options.server_core, max_model_len)
-        url = f"http://127.0.0.1:{options.port}"
         try:
-            train(options, model_dir, url, work, "sync", 1000, 2)  # warm-up: imports, the server's first requests
+            train(options, model_dir, server, work, "sync", 1000, 2)  # warm-up: imports, the server's first requests
             for seed in range(options.rounds):
                 for arm in ARMS:
                     gated = wait_for_quiet([options.server_core, options.trainer_core], options.quiet_wait)
-                    rows, used = train(options, model_dir, url, work, arm, seed, options.steps)
+                    rows, used = train(options, model_dir, server, work, arm, seed, options.steps)
                     runs[arm].append(rows)
                     contention[arm].append(used | {"load_average_1min": os.getloadavg()[0], "waited_for_quiet": gated})
                     timed = steady(rows)
@@ -460,6 +475,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"{QUIET_SHARE:.0%} of the run in both arms)",
         )
     result["quiet_round_indices"] = quiet
+    print(f"\nquiet rounds (trainer waited for a CPU <= {QUIET_SHARE:.0%} of the run in both arms): {quiet}")
     result |= {"contention": contention, "runs": runs}
     options.output_dir.mkdir(parents=True, exist_ok=True)
     path = options.output_dir / "async_generation.json"

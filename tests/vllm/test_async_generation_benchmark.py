@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.real_vllm_server import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -18,8 +20,8 @@ def test_async_generation_benchmark_prints_the_targets_and_writes_its_figures(tm
     cores = sorted(os.sched_getaffinity(0))[:2]
     command = [sys.executable, str(ROOT / "benchmarks" / "async_generation.py"), "--rounds", "2", "--steps", "3",
                "--reward-steps", "1", "--batch-size", "8", "--num-generations", "4", "--max-completion-length", "8",
-               "--server-core", str(cores[0]), "--trainer-core", str(cores[1]), "--port", "8141", "--quiet-wait", "0",
-               "--output-dir", str(tmp_path)]  # fmt: skip
+               "--server-core", str(cores[0]), "--trainer-core", str(cores[1]), "--port", str(free_port()),
+               "--quiet-wait", "0", "--output-dir", str(tmp_path)]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
