@@ -228,3 +228,46 @@ def test_listwise_takes_an_episode_as_one_candidate_keyed_by_its_final_answer(tm
     assert trainer._last_completion_texts == ["done"] * 8  # the final answers, which the mode key reads
     assert _logged(trainer, "maxent/weight_entropy")
     assert sum(_logged(trainer, "tools/failed_episodes")) > 0
+
+
+def test_an_environment_owned_reward_scores_only_its_own_rollouts_as_in_trl(tmp_path):
+    """TRL's own case: with several named environments, only some own a `get_reward`; two names of one class share
+    one reward column, and that column's function, called directly, scores a rollout of another class as None."""
+
+    class Scored:
+        def reset(self, **kwargs) -> None: ...
+
+        def act(self, x: int) -> int:
+            """Act.
+
+            Args:
+                x: a value.
+            """
+            return x
+
+        def get_reward(self) -> float:
+            return 1.0
+
+    class Plain:
+        def reset(self, **kwargs) -> None: ...
+
+        def play(self, x: int) -> int:
+            """Play.
+
+            Args:
+                x: a value.
+            """
+            return x
+
+    tokenizer = game_tokenizer()
+    trainer = MaxEntGRPOTrainer(
+        model=build_tiny_model(tokenizer, max_position_embeddings=1024),
+        processing_class=tokenizer,
+        reward_funcs=lambda completions, **kwargs: [0.0] * len(completions),
+        args=tiny_config(tmp_path, per_device_train_batch_size=3, num_generations=3),
+        train_dataset=game_dataset(3).add_column("environment", ["scored", "scored2", "plain"]),
+        environment_factory={"scored": Scored, "scored2": Scored, "plain": Plain},
+    )
+    assert trainer.reward_func_names == ["<lambda>", "Scored"]
+    assert trainer.reward_weights.tolist() == [1.0, 1.0]
+    assert trainer.reward_funcs[-1](environments=[Scored(), Plain()]) == [1.0, None]

@@ -83,18 +83,20 @@ def checked(func: Callable[..., Any], name: str) -> Callable[..., Any]:
     if is_async_callable(func):
 
         @functools.wraps(func)
-        async def async_wrapper(**kwargs: Any) -> Any:
-            result = await func(**kwargs)
-            _raise_on_contract_error(name, result, len(kwargs["completions"]))
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = await func(*args, **kwargs)
+            if not args and "completions" in kwargs:  # TRL's call (a call of the user's own is theirs to judge)
+                _raise_on_contract_error(name, result, len(kwargs["completions"]))
             return result
 
         wrapper: Callable[..., Any] = async_wrapper
     else:
 
         @functools.wraps(func)
-        def sync_wrapper(**kwargs: Any) -> Any:
-            result = func(**kwargs)
-            _raise_on_contract_error(name, result, len(kwargs["completions"]))
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = func(*args, **kwargs)
+            if not args and "completions" in kwargs:  # TRL's call (a call of the user's own is theirs to judge)
+                _raise_on_contract_error(name, result, len(kwargs["completions"]))
             return result
 
         wrapper = sync_wrapper

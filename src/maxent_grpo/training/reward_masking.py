@@ -66,14 +66,26 @@ def _scatter(values: Sequence[Any], kept: list[int], num_rows: int) -> list[Any]
     return full
 
 
+_ROWS = ("prompts", "completions", "completion_ids")
+
+
+def _trl_call(args: tuple, kwargs: dict[str, Any]) -> bool:
+    """Whether a call is TRL's (the rows by keyword), not a user's own call of the function on other arguments."""
+    return not args and all(key in kwargs for key in _ROWS)
+
+
 def mask_dropped_rows(reward_func: Callable, keep: KeepProvider) -> Callable:
     """Wrap ``reward_func`` so it never sees rows that ``keep()`` marks as dropped (sync and async functions); it is
-    called even when no row is kept, with zero rows."""
+    called even when no row is kept, with zero rows. A call that is not TRL's (the function called directly, on other
+    arguments) goes through unchanged."""
 
     if is_async_callable(reward_func):
 
         @functools.wraps(reward_func)
-        async def async_wrapper(prompts: list, completions: list, completion_ids: list, **kwargs: Any) -> list:
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not _trl_call(args, kwargs):
+                return await reward_func(*args, **kwargs)
+            prompts, completions, completion_ids = (kwargs.pop(key) for key in _ROWS)
             kept = _split(keep(), len(prompts))
             if kept is None:
                 return await reward_func(
@@ -90,7 +102,10 @@ def mask_dropped_rows(reward_func: Callable, keep: KeepProvider) -> Callable:
         return async_wrapper
 
     @functools.wraps(reward_func)
-    def wrapper(prompts: list, completions: list, completion_ids: list, **kwargs: Any) -> list:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not _trl_call(args, kwargs):
+            return reward_func(*args, **kwargs)
+        prompts, completions, completion_ids = (kwargs.pop(key) for key in _ROWS)
         kept = _split(keep(), len(prompts))
         if kept is None:
             return reward_func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
