@@ -29,11 +29,12 @@ def test_reference_lists_own_fields_and_script_arguments_only():
 
 def test_write_replaces_only_the_marked_block(tmp_path, capsys):
     readme = tmp_path / "README.md"
-    readme.write_text(f"# Title\n\nbefore\n\n{START_MARKER}\nstale\n{END_MARKER}\n\nafter\n", encoding="utf-8")
+    outdated = f"# Title\n\nbefore\n\n{START_MARKER}\nan outdated line\n{END_MARKER}\n\nafter\n"
+    readme.write_text(outdated, encoding="utf-8")
     assert main(["config-reference", "--write", str(readme)]) == 0
     text = readme.read_text(encoding="utf-8")
     assert text.startswith("# Title\n\nbefore\n\n") and text.endswith(f"{END_MARKER}\n\nafter\n")
-    assert "stale" not in text and current_block(text) == render_config_reference().strip()
+    assert "an outdated line" not in text and current_block(text) == render_config_reference().strip()
     assert main(["config-reference", "--write", str(readme)]) == 0
     assert "already up to date" in capsys.readouterr().out
 
