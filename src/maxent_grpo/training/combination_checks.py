@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from maxent_grpo.training.generation.async_generation import check_async_generation
+from maxent_grpo.training.generation.backends.selection import weight_transfer_name
 
 IMAGE_COLUMNS = ("image", "images")
 
@@ -35,4 +35,48 @@ def check_combinations(config: Any, generation_backend: Any, trainer_kwargs: dic
             f"the training data has an {images[0]!r} column, but MaxEntGRPOTrainer's vLLM backends send prompts as "
             "text only (the images would be left out without a word): train with use_vllm=False (the transformers "
             "backend passes them to the model) or a generation_backend of your own."
+        )
+
+
+def generation_span(args: Any) -> int:
+    """Optimizer steps one generation batch is trained over: ``num_iterations`` windows where a generation covers
+    whole windows (``steps_per_generation * num_iterations`` a multiple of ``gradient_accumulation_steps``), else 1
+    (several generations in one window). Raises ValueError where generations and windows do not line up."""
+    generate_every, window = args.steps_per_generation * args.num_iterations, args.gradient_accumulation_steps
+    if generate_every % window and window % generate_every:
+        raise ValueError(
+            f"async_generation=True needs generations that line up with optimizer steps: steps_per_generation * "
+            f"num_iterations ({generate_every}) a multiple or a divisor of gradient_accumulation_steps ({window})."
+        )
+    return max(generate_every // window, 1)
+
+
+def check_async_generation(args: Any, *, own_backend: bool, tools: bool) -> None:
+    """Refuse ``async_generation`` where it cannot hold its guarantees (the config checked the fields it can alone).
+
+    Raises:
+        ValueError: with a user's own backend or a ``rollout_func`` (neither tags completions with weight versions nor
+            is known to be safe to call from a second thread), with tools or environments (an episode's turns are
+            collective rounds, which must stay on the main thread), with generations that do not line up with
+            optimizer steps or are trained over more steps than ``max_staleness`` allows, or with a weight transfer
+            that resolves to NCCL.
+    """
+    if own_backend:
+        raise ValueError(
+            "async_generation=True needs the built-in vLLM server backend: a `generation_backend` of your own or a "
+            "`rollout_func` does not report the weight version of its completions."
+        )
+    if tools:
+        raise ValueError("async_generation=True is not supported with `tools` or `environment_factory`.")
+    span = generation_span(args)
+    if span > args.max_staleness:
+        raise ValueError(
+            f"async_generation=True with max_staleness={args.max_staleness}: each generation batch is trained over "
+            f"{span} optimizer steps (num_iterations={args.num_iterations}), so rows generated a step ahead are "
+            f"{span} steps old when last trained on; set max_staleness >= {span}."
+        )
+    if weight_transfer_name(args) != "disk":
+        raise ValueError(
+            "async_generation=True needs vllm_weight_transfer='disk' (here 'auto' resolves to NCCL, which does not "
+            "version the weights)."
         )

@@ -4,9 +4,10 @@ With ``async_generation`` the trainer reads one optimizer window ahead: when the
 its epoch iterator, the next window's are taken too (`AsyncGeneration.window_inputs`). Once this window has no
 generation left to run, and its weights are written as a version for the server, a background thread makes the next
 window's *first call*: the same unique prompts and counts that window's generation step would ask the backend for
-first (`first_call`). When that window generates, its first call is answered from what came back
-(`ReplayedFirstCall`); everything after it (retry rounds, the agreement across processes, dynamic sampling, the drop
-decisions, the metrics) runs as in synchronous generation, on the main thread, from the current weights. So every
+first (`call_ahead.first_call`). When that window generates, its first call is answered from what came back
+(`call_ahead.ReplayedFirstCall`); everything after it (retry rounds, the agreement across processes, dynamic
+sampling, the drop decisions, the metrics) runs as in synchronous generation, on the main thread, from the current
+weights. So every
 collective stays on the main thread, in the same order on every process (invariant I7), and retry / drop hold as
 they are: a prefetched call that failed, in whole or in part, is retried for its deficit like any other.
 
@@ -16,115 +17,39 @@ the version the server is asked to serve never changes under a call in flight.
 
 Staleness (invariant I9): each completion carries the weight version it was sampled from
 (`Completion.weight_version`), and the trainer reports at which optimizer step it wrote each version
-(`weights_written`). A prefetched completion whose weights are more than ``max_staleness`` steps older than those
-being trained, or of a version this run did not write, is left out of its group, so it is asked for again from the
-current weights (``generation/too_stale_completions``). Reading one window ahead, a prefetched completion is one step
-old (a retried one, generated at its own window, none); TRL's importance-sampling correction
+(`weights_written`). A prefetched completion whose weights are more than ``max_staleness`` steps older than those it
+is last trained from (a batch is trained over ``num_iterations`` steps), or of a version this run did not write, is
+left out of its group, so it is asked for again from the current weights (``generation/too_stale_completions``).
+Reading one window ahead, a prefetched completion is one step old at its first use (a retried one, generated at its
+own window, none); TRL's importance-sampling correction
 (``vllm_importance_sampling_correction``, required) reweighs each token by the current policy over the sampler.
 
 Not carried across: the first window of each epoch is generated synchronously (the next epoch's iterator does not
-exist yet), and a batch in flight when training ends, stops or is interrupted is abandoned; a checkpoint never holds
-it, so a resumed run generates those prompts again, from the restored weights.
+exist yet), and a batch in flight when training ends, stops or is interrupted is abandoned (its requests cut off); a
+checkpoint never holds it, so a resumed run generates those prompts again, from the restored weights.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from maxent_grpo.collectives import Collectives
+from maxent_grpo.training.combination_checks import generation_span
 from maxent_grpo.training.generation.backends.protocol import Completion, GenerationBackend
-from maxent_grpo.training.generation.backends.selection import weight_transfer_name
-from maxent_grpo.training.generation.rows import GeneratedRows, local_runs
+from maxent_grpo.training.generation.call_ahead import Prefetch, ReplayedFirstCall, first_call
+from maxent_grpo.training.generation.rows import GeneratedRows
 from maxent_grpo.training.generation.step import WEIGHT_STAT_KEYS
 
 logger = logging.getLogger(__name__)
 
 # How long closing waits for a call in flight to end (it is abandoned after that; its thread is a daemon).
 _CLOSE_WAIT_SECONDS = 30.0
-
-
-@dataclass(frozen=True)
-class FirstCall:
-    """The first backend call of one process's generation step: one prompt per run of rows, and its row count."""
-
-    prompts: list[Any]
-    counts: list[int]
-
-
-def first_call(prompts: Sequence[Any], process_index: int, group_size: int) -> FirstCall:
-    """The first call `GenerationStep.collect` makes for this process's ``prompts`` (TRL's rows, G per group)."""
-    runs = local_runs(len(prompts), process_index * len(prompts), group_size)
-    return FirstCall([copy.deepcopy(prompts[run.start]) for run in runs], [len(run) for run in runs])
-
-
-@dataclass
-class Prefetch:
-    """One first call made ahead, in the background.
-
-    Attributes:
-        step: TRL's micro-step whose generation it is for.
-        call: the call made, as the step will make it.
-        sent: its prompts as sent to the backend (token ids, tokenized on the main thread, where the backend can).
-        stats_before: the backend's weight counters (`WEIGHT_STAT_KEYS`) when it started, or None.
-        groups / error: what the call returned, or what it raised.
-        seconds: how long the call took.
-    """
-
-    step: int
-    call: FirstCall
-    sent: list[Any]
-    stats_before: dict[str, int] | None
-    groups: list[list[Completion]] | None = None
-    error: BaseException | None = None
-    seconds: float = 0.0
-    cancelled: bool = False
-    thread: threading.Thread | None = field(default=None, repr=False)
-
-
-class ReplayedFirstCall:
-    """A backend whose first call is answered from a `Prefetch` (exactly as the call would have gone: the groups it
-    returned, or the exception it raised), its fresh completions only; every later call is the backend's own.
-
-    Its ``stats`` are the backend's counters as they stood when the prefetch started, until the first call is
-    answered, so a generation step counts the weight pushes the prefetch made.
-    """
-
-    def __init__(self, backend: GenerationBackend, prefetch: Prefetch, fresh: Callable[[Completion], bool]) -> None:
-        self.backend = backend
-        self.prefetch: Prefetch | None = prefetch
-        self.fresh = fresh
-        self.seconds = prefetch.seconds
-        self.too_stale = 0
-
-    @property
-    def stats(self) -> dict[str, int] | None:
-        if self.prefetch is not None:
-            return self.prefetch.stats_before
-        return getattr(self.backend, "stats", None)
-
-    def set_deadline(self, deadline: float | None) -> None:
-        set_deadline = getattr(self.backend, "set_deadline", None)
-        if set_deadline is not None:
-            set_deadline(deadline)
-
-    def generate(self, prompts: list[Any], counts: list[int]) -> list[list[Completion]]:
-        prefetch, self.prefetch = self.prefetch, None
-        if prefetch is None or FirstCall(prompts, counts) != prefetch.call:
-            return self.backend.generate(prompts, counts)
-        if prefetch.error is not None:
-            raise prefetch.error
-        assert prefetch.groups is not None
-        groups = [[c for c in group if self.fresh(c)] for group in prefetch.groups]
-        self.too_stale += sum(len(group) for group in prefetch.groups) - sum(len(group) for group in groups)
-        return groups
 
 
 class AsyncGeneration:
@@ -356,50 +281,6 @@ class AsyncGeneration:
             "generation/ahead_seconds": float(table[:, 4].max()),
             "generation/ahead_wait_seconds": float(table[:, 5].max()),
         }
-
-
-def generation_span(args: Any) -> int:
-    """Optimizer steps one generation batch is trained over: ``num_iterations`` windows where a generation covers
-    whole windows (``steps_per_generation * num_iterations`` a multiple of ``gradient_accumulation_steps``), else 1
-    (several generations in one window). Raises ValueError where generations and windows do not line up."""
-    generate_every, window = args.steps_per_generation * args.num_iterations, args.gradient_accumulation_steps
-    if generate_every % window and window % generate_every:
-        raise ValueError(
-            f"async_generation=True needs generations that line up with optimizer steps: steps_per_generation * "
-            f"num_iterations ({generate_every}) a multiple or a divisor of gradient_accumulation_steps ({window})."
-        )
-    return max(generate_every // window, 1)
-
-
-def check_async_generation(args: Any, *, own_backend: bool, tools: bool) -> None:
-    """Refuse ``async_generation`` where it cannot hold its guarantees (the config checked the fields it can alone).
-
-    Raises:
-        ValueError: with a user's own backend or a ``rollout_func`` (neither tags completions with weight versions nor
-            is known to be safe to call from a second thread), with tools or environments (an episode's turns are
-            collective rounds, which must stay on the main thread), with generations that do not line up with
-            optimizer steps or are trained over more steps than ``max_staleness`` allows, or with a weight transfer
-            that resolves to NCCL.
-    """
-    if own_backend:
-        raise ValueError(
-            "async_generation=True needs the built-in vLLM server backend: a `generation_backend` of your own or a "
-            "`rollout_func` does not report the weight version of its completions."
-        )
-    if tools:
-        raise ValueError("async_generation=True is not supported with `tools` or `environment_factory`.")
-    span = generation_span(args)
-    if span > args.max_staleness:
-        raise ValueError(
-            f"async_generation=True with max_staleness={args.max_staleness}: each generation batch is trained over "
-            f"{span} optimizer steps (num_iterations={args.num_iterations}), so rows generated a step ahead are "
-            f"{span} steps old when last trained on; set max_staleness >= {span}."
-        )
-    if weight_transfer_name(args) != "disk":
-        raise ValueError(
-            "async_generation=True needs vllm_weight_transfer='disk' (here 'auto' resolves to NCCL, which does not "
-            "version the weights)."
-        )
 
 
 def _take(iterator: Iterator[Any], count: int) -> list[Any]:
