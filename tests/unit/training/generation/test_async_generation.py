@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -70,6 +71,36 @@ def make(backend, generate_every=1, window_size=1, max_staleness=1, span=1) -> A
     )
 
 
+def started_ahead(backend, written_at: int | None = 0, **options) -> tuple[AsyncGeneration, Iterator]:
+    """Window 0 read (window 1 read ahead), the weights of step ``written_at`` written as "v0" (None: no version
+    written), and window 1's first call started; returns the generation ahead and the epoch's iterator."""
+    ahead = make(backend, **options)
+    iterator = iter(windows(3))
+    ahead.window_inputs(iterator, 1, 0)
+    if written_at is not None:
+        ahead.weights_written("v0", written_at)
+    ahead.start_next(0, lambda: None, last_window=False)
+    return ahead, iterator
+
+
+def next_prompts(ahead: AsyncGeneration, iterator: Iterator) -> list[str]:
+    """Window 1's inputs taken (from those read ahead) and its rows' prompts."""
+    return [row["prompt"] for row in ahead.window_inputs(iterator, 1, 1)[0]]
+
+
+def step_of(backend, group_size: int = 2, retries: int = 0) -> GenerationStep:
+    """A one-process generation step over ``backend``."""
+    return GenerationStep(
+        backend,
+        check=CompletionCheck(100),
+        collectives=Collectives.single(),
+        group_size=group_size,
+        max_retry_rounds=retries,
+        placeholder_prompt_id=0,
+        placeholder_completion_id=0,
+    )
+
+
 def test_first_call_is_the_one_a_generation_step_makes():
     prompts = ["a", "a", "b", "b", "c", "c"]
     assert first_call(prompts, 0, 2) == FirstCall(["a", "b", "c"], [2, 2, 2])
@@ -122,50 +153,26 @@ def test_completions_older_than_max_staleness_or_of_unknown_version_are_asked_fo
     written_at, max_staleness, kept
 ):
     backend = VersionedBackend()
-    ahead = make(backend, max_staleness=max_staleness)
-    iterator = iter(windows(3))
-    ahead.window_inputs(iterator, 1, 0)
-    if written_at is not None:
-        ahead.weights_written("v0", written_at)
-    ahead.start_next(0, lambda: None, last_window=False)
-    batch = ahead.window_inputs(iterator, 1, 1)
-    replayed = ahead.take(1, [row["prompt"] for row in batch[0]], trained_step=1, training=True)
+    ahead, iterator = started_ahead(backend, written_at, max_staleness=max_staleness)
+    replayed = ahead.take(1, next_prompts(ahead, iterator), trained_step=1, training=True)
     groups = replayed.generate(["1-a", "1-b"], [2, 2])
     assert sum(len(group) for group in groups) == kept and replayed.too_stale == 4 - kept
 
 
 def test_a_completion_two_steps_old_is_too_stale_for_max_staleness_one():
     backend = VersionedBackend()
-    ahead = make(backend)
-    iterator = iter(windows(3))
-    ahead.window_inputs(iterator, 1, 0)
-    ahead.weights_written("v0", 0)
-    ahead.start_next(0, lambda: None, last_window=False)
-    batch = ahead.window_inputs(iterator, 1, 1)
-    replayed = ahead.take(1, [row["prompt"] for row in batch[0]], trained_step=2, training=True)
+    ahead, iterator = started_ahead(backend)
+    replayed = ahead.take(1, next_prompts(ahead, iterator), trained_step=2, training=True)
     assert replayed.generate(["1-a", "1-b"], [2, 2]) == [[], []] and replayed.too_stale == 4
 
 
 def test_the_generation_step_retries_what_the_call_ahead_left_out_from_the_current_weights():
     backend = VersionedBackend()
-    ahead = make(backend)
-    iterator = iter(windows(3))
-    ahead.window_inputs(iterator, 1, 0)
-    ahead.weights_written("v0", 0)
-    ahead.start_next(0, lambda: None, last_window=False)
-    batch = ahead.window_inputs(iterator, 1, 1)
-    prompts = [row["prompt"] for row in batch[0]]
+    ahead, iterator = started_ahead(backend)
+    prompts = next_prompts(ahead, iterator)
     replayed = ahead.take(1, prompts, trained_step=2, training=True)  # two steps on: everything is too stale
     backend.version = "v2"
-    step = GenerationStep(
-        replayed,
-        check=CompletionCheck(100),
-        collectives=Collectives.single(),
-        group_size=2,
-        max_retry_rounds=1,
-        placeholder_prompt_id=0,
-        placeholder_completion_id=0,
-    )
+    step = step_of(replayed, retries=1)
     collected = step.collect(prompts)
     assert all(collected.complete)
     assert {c.weight_version for group in collected.groups for c in group} == {"v2"}
@@ -175,22 +182,15 @@ def test_the_generation_step_retries_what_the_call_ahead_left_out_from_the_curre
 def test_a_call_ahead_that_raised_raises_in_the_step_as_it_would_have():
     backend = VersionedBackend()
     backend.fail_with = ConnectionError("server gone")
-    ahead = make(backend)
-    iterator = iter(windows(3))
-    ahead.window_inputs(iterator, 1, 0)
-    ahead.start_next(0, lambda: None, last_window=False)
-    batch = ahead.window_inputs(iterator, 1, 1)
-    replayed = ahead.take(1, [row["prompt"] for row in batch[0]], trained_step=1, training=True)
+    ahead, iterator = started_ahead(backend, written_at=None)
+    replayed = ahead.take(1, next_prompts(ahead, iterator), trained_step=1, training=True)
     with pytest.raises(ConnectionError, match="server gone"):
         replayed.generate(["1-a", "1-b"], [2, 2])
 
 
 def test_other_prompts_than_those_generated_ahead_are_generated_live():
     backend = VersionedBackend()
-    ahead = make(backend)
-    iterator = iter(windows(3))
-    ahead.window_inputs(iterator, 1, 0)
-    ahead.start_next(0, lambda: None, last_window=False)
+    ahead, iterator = started_ahead(backend, written_at=None)
     ahead.window_inputs(iterator, 1, 1)
     assert ahead.take(1, ["x", "x", "y", "y"], trained_step=1, training=True) is None
     assert ahead.take(1, ["x", "x"], trained_step=1, training=True) is None  # nothing left in flight
@@ -199,16 +199,11 @@ def test_other_prompts_than_those_generated_ahead_are_generated_live():
 def test_an_evaluation_waits_for_the_call_ahead_and_leaves_it_for_its_step():
     backend = VersionedBackend()
     backend.gate = threading.Event()
-    ahead = make(backend)
-    iterator = iter(windows(3))
-    ahead.window_inputs(iterator, 1, 0)
-    ahead.weights_written("v0", 0)
-    ahead.start_next(0, lambda: None, last_window=False)
+    ahead, iterator = started_ahead(backend)
     threading.Timer(0.2, backend.gate.set).start()
     assert ahead.take(0, ["e", "e"], trained_step=1, training=False) is None  # waited: the backend is free now
     assert len(backend.calls) == 1
-    batch = ahead.window_inputs(iterator, 1, 1)
-    assert ahead.take(1, [row["prompt"] for row in batch[0]], trained_step=1, training=True) is not None
+    assert ahead.take(1, next_prompts(ahead, iterator), trained_step=1, training=True) is not None
 
 
 @pytest.mark.parametrize(
@@ -253,10 +248,7 @@ def test_nothing_is_generated_ahead_of_the_last_window_or_the_end_of_the_epoch()
 def test_closing_cuts_a_call_in_flight_short_and_leaves_no_thread():
     backend = VersionedBackend()
     backend.gate = threading.Event()  # never released: only the deadline close sets ends the call
-    ahead = make(backend)
-    iterator = iter(windows(3))
-    ahead.window_inputs(iterator, 1, 0)
-    ahead.start_next(0, lambda: None, last_window=False)
+    ahead, _ = started_ahead(backend, written_at=None)
     began = time.monotonic()
     ahead.close()
     assert time.monotonic() - began < 5
@@ -266,24 +258,11 @@ def test_closing_cuts_a_call_in_flight_short_and_leaves_no_thread():
 
 def test_the_step_counts_the_weight_pushes_the_call_ahead_made():
     backend = VersionedBackend()
-    ahead = make(backend)
-    iterator = iter(windows(3))
-    ahead.window_inputs(iterator, 1, 0)
-    ahead.weights_written("v0", 0)
-    ahead.start_next(0, lambda: None, last_window=False)
-    batch = ahead.window_inputs(iterator, 1, 1)
-    prompts = [row["prompt"] for row in batch[0]]
+    ahead, iterator = started_ahead(backend)
+    prompts = next_prompts(ahead, iterator)
     replayed = ahead.take(1, prompts, trained_step=1, training=True)
     assert replayed.stats["weight_pushes"] == 0  # as it stood when the call ahead started
-    step = GenerationStep(
-        replayed,
-        check=CompletionCheck(100),
-        collectives=Collectives.single(),
-        group_size=2,
-        max_retry_rounds=0,
-        placeholder_prompt_id=0,
-        placeholder_completion_id=0,
-    )
+    step = step_of(replayed, retries=0)
     local = step.collect(prompts)
     agreement = step.agree(local)
     assert step.metrics(local, agreement, [99]).values["generation/weight_pushes"] == 1.0
@@ -341,10 +320,7 @@ def test_whatever_the_call_ahead_brought_back_the_step_keeps_only_aligned_fresh_
     replayed = ahead.take(1, prompts, trained_step=5, training=True)
     live = PromptTaggedBackend("new", dict(zip(names, live_caps, strict=True)))
     replayed.backend = live
-    step = GenerationStep(
-        replayed, check=CompletionCheck(100), collectives=Collectives.single(), group_size=3, max_retry_rounds=2,
-        placeholder_prompt_id=0, placeholder_completion_id=0,
-    )  # fmt: skip
+    step = step_of(replayed, group_size=3, retries=2)
     batch = step.collect(prompts)
     only_new = raised or ahead_steps_old > 1  # nothing of the call ahead may be kept
     for name, group, complete in zip(names, batch.groups, batch.complete, strict=True):
@@ -371,10 +347,7 @@ def test_with_num_iterations_two_staleness_is_counted_at_the_last_step_a_batch_i
     batch = ahead.window_inputs(iterator, 1, 2)
     prompts = [row["prompt"] for row in batch[0]]
     replayed = ahead.take(2, prompts, trained_step=2, training=True)
-    step = GenerationStep(
-        replayed, check=CompletionCheck(100), collectives=Collectives.single(), group_size=2, max_retry_rounds=0,
-        placeholder_prompt_id=0, placeholder_completion_id=0,
-    )  # fmt: skip
+    step = step_of(replayed, group_size=2, retries=0)
     local = step.collect(prompts)
     metrics = ahead.metrics(step.assemble(local, step.agree(local)), 2, Collectives.single())
     assert all(local.complete) and metrics["generation/staleness_max"] == 2.0  # trained again at step 3
@@ -407,12 +380,8 @@ def test_prompts_are_tokenized_on_the_main_thread_where_the_backend_can():
         return [TokenPrompt((ord(p[0]),)) for p in prompts]
 
     backend.token_prompts = token_prompts
-    ahead = make(backend)
-    iterator = iter(windows(3))
-    ahead.window_inputs(iterator, 1, 0)
-    ahead.start_next(0, lambda: None, last_window=False)
+    ahead, iterator = started_ahead(backend, written_at=None)
     ahead.wait()
     assert tokenized_on == [threading.current_thread().name]
     assert backend.calls[0][0] == [TokenPrompt((ord("1"),)), TokenPrompt((ord("1"),))]
-    batch = ahead.window_inputs(iterator, 1, 1)
-    assert ahead.take(1, [row["prompt"] for row in batch[0]], trained_step=1, training=True) is not None
+    assert ahead.take(1, next_prompts(ahead, iterator), trained_step=1, training=True) is not None
