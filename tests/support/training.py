@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +59,20 @@ class AlignedTextReward:
             assert prompt == answer_tag + ":", f"misaligned row: prompt={prompt!r} answer={answer_tag!r}"
         self.rows_seen += len(prompts)
         return [float(len(set(completion))) for completion in completions]
+
+
+def train_in_thread(trainer: Any, timeout: float) -> tuple[Any, list[BaseException]]:
+    """Run ``trainer.train()`` on a daemon thread for at most ``timeout`` seconds; return the thread (alive: training
+    hung) and what it raised (empty: it ended normally)."""
+    errors: list[BaseException] = []
+
+    def train() -> None:
+        try:
+            trainer.train()
+        except BaseException as error:  # handed to the caller
+            errors.append(error)
+
+    worker = threading.Thread(target=train, daemon=True)
+    worker.start()
+    worker.join(timeout=timeout)
+    return worker, errors

@@ -26,7 +26,7 @@ from maxent_grpo import MaxEntGRPOTrainer
 from tests.distributed.test_two_processes import _launch
 from tests.e2e.cli_runner import DEMO_RECIPE, executable, offline_env, run
 from tests.support.real_vllm_server import VLLMServerProcess, running_vllm_server
-from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
+from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, train_in_thread
 
 THREAD_NAME = "maxent-grpo-async-generation"
 
@@ -218,17 +218,7 @@ def test_a_server_killed_while_a_batch_is_in_flight_and_restarted(vllm_model_dir
         )
         killer.trainer = trainer
         trainer.add_callback(killer.callback())
-        errors: list[BaseException] = []
-
-        def train() -> None:
-            try:
-                trainer.train()
-            except BaseException as error:  # reported below
-                errors.append(error)
-
-        worker = threading.Thread(target=train, daemon=True)
-        worker.start()
-        worker.join(timeout=600)
+        worker, errors = train_in_thread(trainer, timeout=600)
         served = requests.get(f"{server.base_url}/weight_info", timeout=10).json()["weight_version"]
     finally:
         server.close()

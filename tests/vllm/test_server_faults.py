@@ -7,7 +7,6 @@ trainer's version before it generates again, so training stays on-policy through
 from __future__ import annotations
 
 import copy
-import threading
 import time
 
 import pytest
@@ -17,7 +16,7 @@ from transformers import TrainerCallback
 from maxent_grpo import MaxEntGRPOTrainer
 from tests.support.real_vllm_server import VLLMServerProcess
 from tests.support.server_logprobs import PROBE_TEXT, ProbeAfterEachCall, server_logprobs
-from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
+from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, train_in_thread
 from tests.vllm.test_server_process import StepLogs, model_and_tokenizer, server_backend
 
 
@@ -71,18 +70,8 @@ def test_server_killed_and_restarted_during_training(vllm_model_dir, tmp_path):
             generation_backend=backend,
             callbacks=[logs, restart],
         )
-        errors: list[BaseException] = []
-
-        def train() -> None:
-            try:
-                trainer.train()
-            except BaseException as error:  # reported below
-                errors.append(error)
-
         start = time.monotonic()
-        worker = threading.Thread(target=train, daemon=True)
-        worker.start()
-        worker.join(timeout=600)
+        worker, errors = train_in_thread(trainer, timeout=600)
         wall = time.monotonic() - start
         training_diffs, training_pushes = list(probe.to_current), backend.stats["weight_pushes"]
         resynced = resync_after_another_push(backend, model, tokenizer, tmp_path)

@@ -7,7 +7,6 @@ wrapped so that a test can inject reload faults (`tests.support.failing_reload`;
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from tests.distributed.test_two_processes import _launch
 from tests.support import failing_reload
 from tests.support.real_vllm_server import running_vllm_server
 from tests.support.server_logprobs import ProbeAfterEachCall, assert_one_pusher_on_policy
-from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
+from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, train_in_thread
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -137,17 +136,7 @@ def test_a_server_that_keeps_refusing_the_weights_stops_training_with_one_line(
 ):
     trainer = server_mode_trainer(vllm_model_dir, server_url, tmp_path, max_steps=3, vllm_request_attempts=2)
     faults.write_text(fault)
-    errors: list[BaseException] = []
-
-    def train() -> None:
-        try:
-            trainer.train()
-        except BaseException as error:  # checked below
-            errors.append(error)
-
-    worker = threading.Thread(target=train, daemon=True)
-    worker.start()
-    worker.join(timeout=300)
+    worker, errors = train_in_thread(trainer, timeout=300)
 
     assert not worker.is_alive(), "training hung on a server that refuses the weights"
     assert len(errors) == 1 and isinstance(errors[0], GenerationStopped), errors
