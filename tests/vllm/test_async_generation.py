@@ -170,7 +170,8 @@ def test_async_generation_trains_on_rows_whose_sampler_logprobs_are_their_tagged
 
 class KillInFlight:
     """A reward function that kills the server while the next batch is being generated (step ``kill_at``), and a
-    callback that restarts it on the same port after step ``restart_after``."""
+    callback that restarts it on the same port after step ``restart_after``. `hold` keeps that next batch's call
+    ahead from finishing before the kill (a tiny model's call would otherwise often end first)."""
 
     __name__ = "kill_in_flight"
 
@@ -178,12 +179,27 @@ class KillInFlight:
         self.server, self.model_dir = server, model_dir
         self.kill_at, self.restart_after = kill_at, restart_after
         self.trainer = None
+        self.killed = threading.Event()
         self.restarted: VLLMServerProcess | None = None
         self.reward = AlignedTextReward()
 
+    def hold(self, trainer) -> None:
+        self.trainer = trainer
+        backend = trainer.generation_backend
+        generate = backend.generate
+
+        def held(prompts, counts):
+            ahead = threading.current_thread().name == THREAD_NAME
+            if ahead and trainer.state.global_step + 1 == self.kill_at and not self.killed.is_set():
+                assert self.killed.wait(timeout=120), "the server was not killed"
+            return generate(prompts, counts)
+
+        backend.generate = held
+
     def __call__(self, prompts, completions, **kwargs):
-        if self.trainer.state.global_step + 1 == self.kill_at and self.restarted is None and self.server.process:
-            self.server.kill()  # the trainer has just started generating the next batch in the background
+        if self.trainer.state.global_step + 1 == self.kill_at and not self.killed.is_set():
+            self.server.kill()  # the next batch is being generated in the background
+            self.killed.set()
         return self.reward(prompts, completions, **kwargs)
 
     def callback(self) -> TrainerCallback:
@@ -216,7 +232,7 @@ def test_a_server_killed_while_a_batch_is_in_flight_and_restarted(vllm_model_dir
             generation_max_retries=1,
             generation_max_consecutive_empty_batches=4,
         )
-        killer.trainer = trainer
+        killer.hold(trainer)
         trainer.add_callback(killer.callback())
         worker, errors = train_in_thread(trainer, timeout=600)
         served = requests.get(f"{server.base_url}/weight_info", timeout=10).json()["weight_version"]
