@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,3 +47,23 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     """``maxent-grpo <args>`` through the installed console script (``popen``: more `subprocess.run` arguments)."""
     return run([executable("maxent-grpo"), *args], env, timeout, cwd, **popen)
+
+
+def interrupt_after_checkpoint(
+    command: Sequence[str], checkpoint: Path, env: dict[str, str], cwd: Path, wait: float = 240
+) -> tuple[int, str, float]:
+    """Run ``command``, send it Ctrl-C (SIGINT) once ``checkpoint`` is complete, and return its exit code, its stderr
+    and the seconds from Ctrl-C to its exit."""
+    process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + wait
+        while not (checkpoint / "trainer_state.json").exists():
+            assert process.poll() is None and time.monotonic() < deadline, f"no {checkpoint.name} was saved"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        _, stderr = process.communicate(timeout=120)
+        return process.returncode, stderr, time.monotonic() - interrupted
+    finally:
+        process.kill()

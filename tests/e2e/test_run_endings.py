@@ -6,13 +6,11 @@ import json
 import os
 import resource
 import signal
-import subprocess
-import time
 
 import pytest
 
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
-from tests.e2e.cli_runner import DEMO_RECIPE, executable, offline_env, run_cli
+from tests.e2e.cli_runner import DEMO_RECIPE, executable, interrupt_after_checkpoint, offline_env, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -64,18 +62,10 @@ def test_ctrl_c_names_the_checkpoint_to_resume_from(tmp_path):
     output_dir = tmp_path / "run"
     command = [executable("maxent-grpo"), *TRAIN, "--max_steps", "500", "--output_dir", str(output_dir)]
     command += ["--save_strategy", "steps", "--save_steps", "1"]
-    process = subprocess.Popen(command, cwd=tmp_path, env=offline_env(tmp_path), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 240
-        while not (output_dir / "checkpoint-2" / "trainer_state.json").exists():
-            assert process.poll() is None and time.monotonic() < deadline, "no checkpoint-2 was saved"
-            time.sleep(0.2)
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=120)
-    finally:
-        process.kill()
-    assert process.returncode == 130, stderr[-3000:]
+    returncode, stderr, _ = interrupt_after_checkpoint(
+        command, output_dir / "checkpoint-2", offline_env(tmp_path), tmp_path
+    )
+    assert returncode == 130, stderr[-3000:]
     checkpoints = sorted(output_dir.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
     assert all((path / "trainer_state.json").is_file() for path in checkpoints)  # none left half-written
     assert stderr.strip().splitlines()[-1] == (

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
-import signal
-import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from maxent_grpo import MaxEntGRPOTrainer
 from tests.distributed.test_two_processes import _launch
-from tests.e2e.cli_runner import DEMO_RECIPE, executable, offline_env, run
+from tests.e2e.cli_runner import DEMO_RECIPE, executable, interrupt_after_checkpoint, offline_env, run
 from tests.support.real_vllm_server import VLLMServerProcess, running_vllm_server
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, train_in_thread
 
@@ -314,21 +311,11 @@ def test_ctrl_c_with_a_batch_in_flight_exits_130_and_the_run_resumes_from_its_ch
         server_url, "--vllm_weight_transfer", "disk", "--async_generation", "true", "--bf16", "false",
         "--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "1",
     ]  # fmt: skip
-    process = subprocess.Popen([*train, "--max_steps", "500"], cwd=tmp_path, env=offline_env(tmp_path),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 240
-        while not (output_dir / "checkpoint-2" / "trainer_state.json").exists():
-            assert process.poll() is None and time.monotonic() < deadline, "no checkpoint-2 was saved"
-            time.sleep(0.2)
-        process.send_signal(signal.SIGINT)
-        interrupted = time.monotonic()
-        _, stderr = process.communicate(timeout=120)
-        exit_seconds = time.monotonic() - interrupted
-    finally:
-        process.kill()
+    returncode, stderr, exit_seconds = interrupt_after_checkpoint(
+        [*train, "--max_steps", "500"], output_dir / "checkpoint-2", offline_env(tmp_path), tmp_path
+    )
     print(f"exited {exit_seconds:.1f} s after Ctrl-C")
-    assert process.returncode == 130, stderr[-3000:]
+    assert returncode == 130, stderr[-3000:]
     assert "Exception in thread" not in stderr and "Traceback" not in stderr, stderr[-3000:]
     assert exit_seconds < 60
     checkpoint = max(output_dir.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
