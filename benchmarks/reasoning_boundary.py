@@ -19,17 +19,22 @@ any ``--maxent FIELD=VALUE`` override). Runs are interleaved per seed in one pro
 
 After training, ``--samples`` (n, default 1024) answers per held-out prompt are sampled from every model; with c of
 them correct, pass@k = 1 - C(n - c, k) / C(n, k) (Chen et al. 2021, `maxent_grpo.bench.pass_at_k`), averaged over the
-held-out prompts, for k = 1, 4, 16, 64, 256, and the distinct correct answers per held-out prompt among the n. The
+held-out prompts, for k = 1, 4, 16, 64, 256, the distinct correct answers per held-out prompt among the n, and every
+prompt's c (a prompt with c = 0, which no sample solved, is named in the run's printed line). Because an answer is
+two tokens, each prompt's exact probability p of a correct sample is also read off the model's logits, which gives
+the model's own pass@k, 1 - (1 - p)^k, free of sampling noise ("exact"; a prompt solved with p = 0.003 is solved by
+256 samples about half the time, and with a fixed sampling seed runs of close models tend to miss it together). The
 training reward curve is the mean reward of each step's scored groups.
 
     python benchmarks/reasoning_boundary.py [--seeds 3] [--steps 500] [--samples 1024] [--methods ...]
                                             [--maxent FIELD=VALUE ...] [--output-dir DIR | --update-results]
 
 It writes ``reasoning_boundary.json`` (settings; per method ``pass_at_k``, k as a string -> mean over seeds, with the
-per-seed values, distinct correct answers and the final training reward; every run; mean reward curves) and
+per-seed values, ``exact_pass_at_k`` likewise, distinct correct answers and the final training reward; every run, with
+its per-prompt counts and probabilities; mean reward curves) and
 ``reasoning_boundary.png`` (training reward; held-out pass@k against k) into the output directory
 (``outputs/benchmarks/reasoning_boundary`` by default; ``--update-results`` replaces the committed
-``benchmarks/results/reasoning_boundary``, which the README shows) and prints the table.
+``benchmarks/results/reasoning_boundary``, which the README shows) and prints both tables.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -197,8 +203,36 @@ def sample(
     return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
+@torch.no_grad()
+def correct_probabilities(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]
+) -> list[float]:
+    """Per prompt, the exact probability that one answer sampled at temperature 1 (as `sample` does) is correct.
+
+    An answer is two tokens, so it is the sum over the prompt's correct answers ``cd`` of ``P(c | prompt) *
+    P(d | prompt c)``, read off the logits: no sampling noise, unlike a count of correct samples.
+    """
+    model.eval()
+    rows = [(i, prompt + answer) for i, prompt in enumerate(prompts) for answer in correct_answers(prompt)]
+    ids = torch.tensor([tokenizer(text)["input_ids"] for _, text in rows])
+    logps = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float().log_softmax(-1)
+    answer_ids = ids[:, -COMPLETION_LENGTH:].unsqueeze(-1)
+    answer_logps = logps[:, -COMPLETION_LENGTH - 1 : -1].gather(-1, answer_ids).squeeze(-1).sum(-1)
+    totals = [0.0] * len(prompts)
+    for (i, _), logp in zip(rows, answer_logps.tolist(), strict=True):
+        totals[i] += math.exp(logp)
+    return totals
+
+
+def exact_pass_at_k(probabilities: Sequence[float]) -> dict[str, float]:
+    """Mean over prompts of the model's own pass@k, ``1 - (1 - p) ** k``, for every k of `KS` (k samples drawn
+    independently from the model, where the unbiased estimator draws them from n fixed samples)."""
+    return {str(k): statistics.fmean(1 - (1 - p) ** k for p in probabilities) for k in KS}
+
+
 def evaluate(prompts: Sequence[str], answers: Sequence[Sequence[str]]) -> dict[str, Any]:
-    """Mean pass@k over ``prompts`` for every k of `KS`, and distinct correct answers per prompt (count and share)."""
+    """Mean pass@k over ``prompts`` for every k of `KS`, distinct correct answers per prompt (count and share), and
+    per prompt the number of correct samples, so that a prompt no sample solves is named."""
     counts, distinct, share = [], [], []
     for prompt, group in zip(prompts, answers, strict=True):
         correct = {a.strip() for a in group if is_correct(prompt, a)}
@@ -209,6 +243,7 @@ def evaluate(prompts: Sequence[str], answers: Sequence[Sequence[str]]) -> dict[s
         "pass_at_k": {str(k): mean_pass_at_k(counts, k) for k in KS},
         "distinct_correct": statistics.fmean(distinct),
         "distinct_correct_share": statistics.fmean(share),
+        "correct_per_prompt": {prompt: c for prompt, (_, c) in zip(prompts, counts, strict=True)},
     }
 
 
@@ -280,12 +315,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 model = train(base, tokenizer, method, seed, args, recorder)
                 curves[method].append(recorder.rewards)
             figures = evaluate(heldout, sample(model, tokenizer, heldout, args.samples, 1000 + seed))
+            probabilities = correct_probabilities(model, tokenizer, heldout)
+            figures["exact_pass_at_k"] = exact_pass_at_k(probabilities)
+            figures["correct_probability_per_prompt"] = dict(zip(heldout, probabilities, strict=True))
             seconds = time.perf_counter() - run_start
             runs.append({"method": method, "seed": seed, "seconds": round(seconds, 1), **figures})
             cells = " ".join(f"{v:.3f}" for v in figures["pass_at_k"].values())
+            unsolved = [prompt for prompt, c in figures["correct_per_prompt"].items() if c == 0]
             print(
                 f"seed {seed} {method:<17} {seconds:6.1f}s: held-out pass@{','.join(map(str, KS))} {cells}, "
-                f"distinct correct {figures['distinct_correct']:.2f}",
+                f"distinct correct {figures['distinct_correct']:.2f}, unsolved {unsolved or 'none'}, "
+                f"exact pass@256 {figures['exact_pass_at_k'][str(max(KS))]:.3f}",
                 flush=True,
             )
 
@@ -295,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         summary[method] = {
             "pass_at_k": {str(k): statistics.fmean(r["pass_at_k"][str(k)] for r in mine) for k in KS},
             "pass_at_k_per_seed": {str(k): [r["pass_at_k"][str(k)] for r in mine] for k in KS},
+            "exact_pass_at_k": {str(k): statistics.fmean(r["exact_pass_at_k"][str(k)] for r in mine) for k in KS},
+            "exact_pass_at_k_per_seed": {str(k): [r["exact_pass_at_k"][str(k)] for r in mine] for k in KS},
             "distinct_correct": statistics.fmean(r["distinct_correct"] for r in mine),
             "distinct_correct_per_seed": [r["distinct_correct"] for r in mine],
             "distinct_correct_share": statistics.fmean(r["distinct_correct_share"] for r in mine),
@@ -312,6 +354,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         reward = figures.get("final_training_reward")
         reward_cell = "" if reward is None else f"{reward:>14.3f}"
         print(f"{LABELS[method]:<34}{cells}{figures['distinct_correct']:>10.2f}{reward_cell}")
+    print("\nexact: the model's own pass@k, 1 - (1 - p)^k, p = each prompt's probability of a correct answer")
+    print(f"{'method':<34}{header}")
+    for method, figures in summary.items():
+        print(f"{LABELS[method]:<34}" + "".join(f"{v:>10.3f}" for v in figures["exact_pass_at_k"].values()))
 
     result = {
         "settings": {

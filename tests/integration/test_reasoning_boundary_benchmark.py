@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
+from maxent_grpo.bench.digit_sums import is_correct
+from maxent_grpo.tiny_model import build_tiny_tokenizer
 from tests.support.benchmark_script import load_benchmark
 
 
@@ -19,6 +22,26 @@ def test_reward_and_held_out_evaluation() -> None:
     assert figures["pass_at_k"]["256"] == pytest.approx(0.5)
     assert figures["distinct_correct"] == 1.0  # two answers to "12=", none to "99="
     assert figures["distinct_correct_share"] == pytest.approx(0.25)  # 2 of the 4 answers to "12=", 0 of 1
+    assert figures["correct_per_prompt"] == {"12=": 256, "99=": 0}  # no answer to "99=" is right
+
+
+@pytest.mark.slow
+def test_exact_pass_at_k_is_what_sampling_measures() -> None:
+    benchmark = load_benchmark("reasoning_boundary")
+    tokenizer = build_tiny_tokenizer(benchmark.ALPHABET)
+    model = benchmark.pretrain_base(tokenizer, seed=0)  # peaked: a probability read at the wrong position shows
+    prompts = ["12=", "47=", "99="]
+    n = 20000
+    probabilities = benchmark.correct_probabilities(model, tokenizer, prompts)
+    samples = benchmark.sample(model, tokenizer, prompts, n, seed=0)
+    for prompt, p, group in zip(prompts, probabilities, samples, strict=True):
+        frequency = sum(is_correct(prompt, answer) for answer in group) / n
+        assert abs(frequency - p) <= 4 * math.sqrt(p * (1 - p) / n) + 1e-3, (prompt, frequency, p)
+    assert max(probabilities) > 0.5 > min(probabilities)
+
+    exact = benchmark.exact_pass_at_k([0.5, 0.0])
+    assert exact["1"] == pytest.approx(0.25)
+    assert exact["4"] == pytest.approx((1 - 0.5**4) / 2)
 
 
 @pytest.mark.slow
@@ -37,6 +60,11 @@ def test_benchmark_runs_and_writes_figures(tmp_path: Path) -> None:
         values = list(figures["pass_at_k"].values())
         assert values == sorted(values) and 0.0 <= values[0] <= values[-1] <= 1.0
         assert [per_seed[0] for per_seed in figures["pass_at_k_per_seed"].values()] == values
+        exact = list(figures["exact_pass_at_k"].values())
+        assert exact == sorted(exact) and 0.0 <= exact[0] <= exact[-1] <= 1.0
+    for run in written["runs"]:
+        assert list(run["correct_per_prompt"]) == list(run["correct_probability_per_prompt"])
+        assert list(run["correct_per_prompt"]) == written["settings"]["heldout_prompts"]
     assert len(written["reward_curves_mean_over_seeds"]["maxent"]) == 2
     png = tmp_path / "reasoning_boundary.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
