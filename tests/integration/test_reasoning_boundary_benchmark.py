@@ -29,7 +29,7 @@ def test_reward_and_held_out_evaluation() -> None:
 def test_exact_pass_at_k_is_what_sampling_measures() -> None:
     benchmark = load_benchmark("reasoning_boundary")
     tokenizer = build_tiny_tokenizer(benchmark.ALPHABET)
-    model = benchmark.pretrain_base(tokenizer, seed=0)  # peaked: a probability read at the wrong position shows
+    model = benchmark.pretrain_base(tokenizer, seed=0)  # far from uniform: a probability read one position off shows
     prompts = ["12=", "47=", "99="]
     n = 20000
     probabilities = benchmark.correct_probabilities(model, tokenizer, prompts)
@@ -37,7 +37,7 @@ def test_exact_pass_at_k_is_what_sampling_measures() -> None:
     for prompt, p, group in zip(prompts, probabilities, samples, strict=True):
         frequency = sum(is_correct(prompt, answer) for answer in group) / n
         assert abs(frequency - p) <= 4 * math.sqrt(p * (1 - p) / n) + 1e-3, (prompt, frequency, p)
-    assert max(probabilities) > 0.5 > min(probabilities)
+    assert max(probabilities) > 0.3 and min(probabilities) < 0.1  # the prompts differ: the check is not vacuous
 
     exact = benchmark.exact_pass_at_k([0.5, 0.0])
     assert exact["1"] == pytest.approx(0.25)
