@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from maxent_grpo.bench.digit_sums import is_correct
+from maxent_grpo.bench.stats import summarize, welch_difference
 from maxent_grpo.tiny_model import build_tiny_tokenizer
 from tests.support.benchmark_script import load_benchmark
 
@@ -23,6 +24,40 @@ def test_reward_and_held_out_evaluation() -> None:
     assert figures["distinct_correct"] == 1.0  # two answers to "12=", none to "99="
     assert figures["distinct_correct_share"] == pytest.approx(0.25)  # 2 of the 4 answers to "12=", 0 of 1
     assert figures["correct_per_prompt"] == {"12=": 256, "99=": 0}  # no answer to "99=" is right
+
+
+def test_paired_differences_pair_runs_by_seed() -> None:
+    benchmark = load_benchmark("reasoning_boundary")
+
+    def run(method: str, seed: int, value: float) -> dict:
+        return {"method": method, "seed": seed, "pass_at_k": {str(k): value + k / 1000 for k in benchmark.KS}}
+
+    # Seed 1 is the lucky one for every method: pairing sees the constant gap, an unpaired interval would not.
+    runs = [run("base", 0, 0.2), run("maxent", 1, 0.9), run("grpo", 0, 0.1), run("base", 1, 0.6)]
+    runs += [run("maxent", 0, 0.5), run("grpo", 1, 0.5), run("base", 2, 0.3), run("maxent", 2, 0.7)]
+    runs += [run("grpo", 2, 0.2)]
+    differences = benchmark.paired_differences(runs, "maxent", "pass_at_k")
+    assert list(differences) == ["base", "grpo"]
+    for k in benchmark.KS:
+        assert differences["base"][str(k)]["mean"] == pytest.approx(0.3333333)
+        versus_grpo = summarize([0.4, 0.4, 0.5])
+        assert differences["grpo"][str(k)]["mean"] == pytest.approx(versus_grpo.mean)
+        assert differences["grpo"][str(k)]["ci95"] == pytest.approx([versus_grpo.ci_low, versus_grpo.ci_high])
+    # The gap is told apart from zero only because it is paired: unpaired, the seeds' luck hides it.
+    assert differences["grpo"]["1"]["ci95"][0] > 0.0
+    assert welch_difference([0.101, 0.501, 0.201], [0.501, 0.901, 0.701]).verdict == "within run-to-run variance"
+    one_seed = benchmark.paired_differences([run("maxent", 0, 0.5), run("base", 0, 0.25)], "maxent", "pass_at_k")
+    assert one_seed == {"base": {str(k): {"mean": pytest.approx(0.25), "ci95": None} for k in benchmark.KS}}
+    assert benchmark.format_difference({"mean": 0.0123, "ci95": [-0.004, 0.0286]}) == "+0.012 [-0.004, +0.029]"
+    assert benchmark.format_difference({"mean": -0.5, "ci95": None}) == "-0.500"
+
+
+def test_the_maxent_label_names_its_overrides() -> None:
+    benchmark = load_benchmark("reasoning_boundary")
+    assert benchmark.method_labels([])["maxent"] == "MaxEnt listwise (defaults)"
+    labels = benchmark.method_labels([("top_entropy_quantile", 0.6), ("maxent_mode_key", None)])
+    assert labels["maxent"] == "MaxEnt listwise (top_entropy_quantile=0.6, maxent_mode_key=null)"
+    assert labels["grpo"] == benchmark.LABELS["grpo"]
 
 
 @pytest.mark.slow
@@ -62,6 +97,13 @@ def test_benchmark_runs_and_writes_figures(tmp_path: Path) -> None:
         assert [per_seed[0] for per_seed in figures["pass_at_k_per_seed"].values()] == values
         exact = list(figures["exact_pass_at_k"].values())
         assert exact == sorted(exact) and 0.0 <= exact[0] <= exact[-1] <= 1.0
+        assert figures["pass_at_k_ci95"] == {k: None for k in figures["pass_at_k"]}  # one seed: no interval
+    for key in ("pass_at_k", "exact_pass_at_k"):
+        versus_grpo = written["maxent_minus"][key]["grpo"]
+        assert list(written["maxent_minus"][key]) == ["base", "grpo"]
+        for k, difference in versus_grpo.items():
+            maxent, grpo = (written["summary"][m][key][k] for m in ("maxent", "grpo"))
+            assert difference == {"mean": pytest.approx(maxent - grpo), "ci95": None}
     for run in written["runs"]:
         assert list(run["correct_per_prompt"]) == list(run["correct_probability_per_prompt"])
         assert list(run["correct_per_prompt"]) == written["settings"]["heldout_prompts"]
