@@ -18,8 +18,8 @@ listwise with the config defaults (only ``maxent_objective="listwise"`` and ``ma
 any ``--maxent FIELD=VALUE`` override). Runs are interleaved per seed in one process so machine drift hits all.
 Eleven seeds by default: from one seed to the next, a method's held-out pass@1 moves by 0.02 to 0.05 (standard
 deviation) and its pass@256 by 0.01 to 0.02, as much as most differences between methods, so three seeds cannot tell
-them apart. Every figure comes with its 95% interval over seeds, and MaxEnt's difference to each other method is taken
-seed by seed (paired: the runs of a seed share its base model).
+them apart. Every pass@k comes with its 95% t interval over seeds (not clipped to [0, 1]), and MaxEnt's difference to
+each other method is taken seed by seed (paired: the runs of a seed share its base model).
 
 After training, ``--samples`` (n, default 1024) answers per held-out prompt are sampled from every model; with c of
 them correct, pass@k = 1 - C(n - c, k) / C(n, k) (Chen et al. 2021, `maxent_grpo.bench.pass_at_k`), averaged over the
@@ -37,9 +37,10 @@ It writes ``reasoning_boundary.json`` (settings; per method ``pass_at_k``, k as 
 per-seed values and the 95% t interval over seeds, ``exact_pass_at_k`` likewise, distinct correct answers and the final
 training reward; ``maxent_minus``: MaxEnt minus each other method per k, paired by seed, with its 95% interval; every
 run, with its per-prompt counts and probabilities; mean reward curves) and
-``reasoning_boundary.png`` (training reward; held-out pass@k against k) into the output directory
-(``outputs/benchmarks/reasoning_boundary`` by default; ``--update-results`` replaces the committed
-``benchmarks/results/reasoning_boundary``, which the README shows) and prints the tables.
+``reasoning_boundary.png`` (training reward; held-out pass@k against k with 95% bands; the same zoomed on k >= 16)
+into the output directory (``outputs/benchmarks/reasoning_boundary`` by default; ``--update-results`` replaces the
+committed ``benchmarks/results/reasoning_boundary``, which the README shows) and prints the tables: pass@k sampled,
+exact, and MaxEnt minus each method paired by seed.
 """
 
 from __future__ import annotations
@@ -263,7 +264,8 @@ def interval(values: Sequence[float]) -> list[float] | None:
 
 def paired_differences(runs: Sequence[Mapping[str, Any]], method: str, key: str) -> dict[str, dict[str, Any]]:
     """Per other method and k, ``method``'s ``key`` (``pass_at_k`` or ``exact_pass_at_k``) minus the other's, paired
-    by seed: the mean over seeds and its 95% t interval (None with one seed).
+    by seed: the mean over seeds and its 95% t interval (None with one seed). Every method must have run on every
+    seed ``method`` ran on, as `main` runs them.
 
     The runs of a seed share its base model and data order, so pairing cancels the seed's luck, which is larger
     than most of the differences between methods.
@@ -291,10 +293,11 @@ def format_difference(difference: Mapping[str, Any]) -> str:
 
 
 def method_labels(maxent_overrides: Sequence[tuple[str, Any]]) -> dict[str, str]:
-    """The label of every method in tables and the plot; the MaxEnt run's names its overrides, if any."""
+    """The label of every method in tables and the plot; the MaxEnt run's names its overrides, if any (a field given
+    twice shows the value that applies, the last)."""
     if not maxent_overrides:
-        return LABELS
-    overrides = ", ".join(f"{name}={json.dumps(value)}" for name, value in maxent_overrides)
+        return dict(LABELS)
+    overrides = ", ".join(f"{name}={json.dumps(value)}" for name, value in dict(maxent_overrides).items())
     return {**LABELS, "maxent": f"MaxEnt listwise ({overrides})"}
 
 

@@ -48,6 +48,9 @@ def test_paired_differences_pair_runs_by_seed() -> None:
     assert welch_difference([0.101, 0.501, 0.201], [0.501, 0.901, 0.701]).verdict == "within run-to-run variance"
     one_seed = benchmark.paired_differences([run("maxent", 0, 0.5), run("base", 0, 0.25)], "maxent", "pass_at_k")
     assert one_seed == {"base": {str(k): {"mean": pytest.approx(0.25), "ci95": None} for k in benchmark.KS}}
+    assert benchmark.interval([0.5]) is None
+    three = summarize([0.2, 0.4, 0.9])
+    assert benchmark.interval([0.2, 0.4, 0.9]) == pytest.approx([three.ci_low, three.ci_high])
     assert benchmark.format_difference({"mean": 0.0123, "ci95": [-0.004, 0.0286]}) == "+0.012 [-0.004, +0.029]"
     assert benchmark.format_difference({"mean": -0.5, "ci95": None}) == "-0.500"
 
@@ -58,6 +61,10 @@ def test_the_maxent_label_names_its_overrides() -> None:
     labels = benchmark.method_labels([("top_entropy_quantile", 0.6), ("maxent_mode_key", None)])
     assert labels["maxent"] == "MaxEnt listwise (top_entropy_quantile=0.6, maxent_mode_key=null)"
     assert labels["grpo"] == benchmark.LABELS["grpo"]
+    repeated = benchmark.method_labels([("maxent_tau", 0.5), ("maxent_tau", 0.3)])  # the last value applies
+    assert repeated["maxent"] == "MaxEnt listwise (maxent_tau=0.3)"
+    benchmark.method_labels([])["maxent"] = "changed"
+    assert benchmark.LABELS["maxent"] == "MaxEnt listwise (defaults)"
 
 
 @pytest.mark.slow
@@ -80,33 +87,39 @@ def test_exact_pass_at_k_is_what_sampling_measures() -> None:
 
 
 @pytest.mark.slow
-def test_benchmark_runs_and_writes_figures(tmp_path: Path) -> None:
+def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     benchmark = load_benchmark("reasoning_boundary")
-    argv = ["--seeds", "1", "--steps", "2", "--prompts-per-step", "2", "--samples", "256"]
+    argv = ["--seeds", "2", "--steps", "2", "--prompts-per-step", "2", "--samples", "256"]
     argv += ["--methods", "grpo", "maxent", "--maxent", "maxent_tau=0.5", "--output-dir", str(tmp_path)]
     result = benchmark.main(argv)
 
     written = json.loads((tmp_path / "reasoning_boundary.json").read_text())
     assert written == json.loads(json.dumps(result))
-    assert [(run["method"], run["seed"]) for run in written["runs"]] == [("base", 0), ("grpo", 0), ("maxent", 0)]
+    order = [(method, seed) for seed in (0, 1) for method in ("base", "grpo", "maxent")]
+    assert [(run["method"], run["seed"]) for run in written["runs"]] == order
     assert written["settings"]["maxent_overrides"] == {"maxent_tau": 0.5}
     for method, figures in written["summary"].items():
-        assert list(figures["pass_at_k"]) == ["1", "4", "16", "64", "256"], method
-        values = list(figures["pass_at_k"].values())
-        assert values == sorted(values) and 0.0 <= values[0] <= values[-1] <= 1.0
-        assert [per_seed[0] for per_seed in figures["pass_at_k_per_seed"].values()] == values
-        exact = list(figures["exact_pass_at_k"].values())
-        assert exact == sorted(exact) and 0.0 <= exact[0] <= exact[-1] <= 1.0
-        assert figures["pass_at_k_ci95"] == {k: None for k in figures["pass_at_k"]}  # one seed: no interval
+        for key in ("pass_at_k", "exact_pass_at_k"):
+            assert list(figures[key]) == ["1", "4", "16", "64", "256"], method
+            values = list(figures[key].values())
+            assert values == sorted(values) and 0.0 <= values[0] <= values[-1] <= 1.0
+            for k, per_seed in figures[f"{key}_per_seed"].items():
+                seeds = summarize(per_seed)
+                assert len(per_seed) == 2 and figures[key][k] == pytest.approx(seeds.mean)
+                assert figures[f"{key}_ci95"][k] == pytest.approx([seeds.ci_low, seeds.ci_high])
+    by_seed = {(run["method"], run["seed"]): run for run in written["runs"]}
     for key in ("pass_at_k", "exact_pass_at_k"):
-        versus_grpo = written["maxent_minus"][key]["grpo"]
         assert list(written["maxent_minus"][key]) == ["base", "grpo"]
-        for k, difference in versus_grpo.items():
-            maxent, grpo = (written["summary"][m][key][k] for m in ("maxent", "grpo"))
-            assert difference == {"mean": pytest.approx(maxent - grpo), "ci95": None}
+        for k, difference in written["maxent_minus"][key]["grpo"].items():
+            paired = summarize([by_seed["maxent", s][key][k] - by_seed["grpo", s][key][k] for s in (0, 1)])
+            assert difference["mean"] == pytest.approx(paired.mean)
+            assert difference["ci95"] == pytest.approx([paired.ci_low, paired.ci_high])
     for run in written["runs"]:
         assert list(run["correct_per_prompt"]) == list(run["correct_probability_per_prompt"])
         assert list(run["correct_per_prompt"]) == written["settings"]["heldout_prompts"]
     assert len(written["reward_curves_mean_over_seeds"]["maxent"]) == 2
-    png = tmp_path / "reasoning_boundary.png"
+    printed = capsys.readouterr().out
+    assert "MaxEnt listwise (maxent_tau=0.5)" in printed and "(defaults)" not in printed
+    assert "MaxEnt minus each method, paired by seed" in printed
+    png = tmp_path / "reasoning_boundary.png"  # drawn with the 95% bands: two seeds give intervals
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
