@@ -30,8 +30,9 @@ the model's own pass@k, 1 - (1 - p)^k, free of sampling noise ("exact"; a prompt
 256 samples about half the time, and with a fixed sampling seed runs of close models tend to miss it together). The
 training reward curve is the mean reward of each step's scored groups.
 
-    python benchmarks/reasoning_boundary.py [--seeds 11] [--steps 500] [--samples 1024] [--methods ...]
-                                            [--maxent FIELD=VALUE ...] [--output-dir DIR | --update-results]
+    python benchmarks/reasoning_boundary.py [--seeds 11] [--first-seed 0] [--steps 500] [--samples 1024]
+                                            [--methods ...] [--maxent FIELD=VALUE ...]
+                                            [--output-dir DIR | --update-results]
 
 It writes ``reasoning_boundary.json`` (settings; per method ``pass_at_k``, k as a string -> mean over seeds, with the
 per-seed values and the 95% t interval over seeds, ``exact_pass_at_k`` likewise, distinct correct answers and the final
@@ -343,7 +344,10 @@ def plot(
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=11, help="number of seeds (0 .. seeds-1)")
+    parser.add_argument("--seeds", type=int, default=11, help="number of seeds (first-seed .. first-seed+seeds-1)")
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="the first seed (e.g. 11: seeds that no setting was chosen on)"
+    )
     parser.add_argument("--steps", type=int, default=500, help="optimizer steps per RL run")
     parser.add_argument("--prompts-per-step", type=int, default=8, help="prompt groups per optimizer step")
     parser.add_argument("--samples", type=int, default=1024, help="answers sampled per held-out prompt (n >= 256)")
@@ -362,6 +366,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.samples < max(KS):
         parser.error(f"--samples must be at least {max(KS)}")
+    if args.seeds < 1 or args.first_seed < 0:
+        parser.error(f"--seeds must be at least 1 and --first-seed at least 0, got {args.seeds} and {args.first_seed}")
     return args
 
 
@@ -376,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     curves: dict[str, list[list[float]]] = {m: [] for m in args.methods}
     started = time.perf_counter()
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for method in ["base", *args.methods]:
             run_start = time.perf_counter()
             if method == "base":
@@ -445,6 +451,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     result = {
         "settings": {
             "seeds": args.seeds,
+            "first_seed": args.first_seed,
             "steps": args.steps,
             "prompts_per_step": args.prompts_per_step,
             "num_generations": NUM_GENERATIONS,

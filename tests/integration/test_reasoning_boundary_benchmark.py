@@ -89,15 +89,16 @@ def test_exact_pass_at_k_is_what_sampling_measures() -> None:
 @pytest.mark.slow
 def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     benchmark = load_benchmark("reasoning_boundary")
-    argv = ["--seeds", "2", "--steps", "2", "--prompts-per-step", "2", "--samples", "256"]
+    argv = ["--seeds", "2", "--first-seed", "3", "--steps", "2", "--prompts-per-step", "2", "--samples", "256"]
     argv += ["--methods", "grpo", "maxent", "--maxent", "maxent_tau=0.5", "--output-dir", str(tmp_path)]
     result = benchmark.main(argv)
 
     written = json.loads((tmp_path / "reasoning_boundary.json").read_text())
     assert written == json.loads(json.dumps(result))
-    order = [(method, seed) for seed in (0, 1) for method in ("base", "grpo", "maxent")]
+    order = [(method, seed) for seed in (3, 4) for method in ("base", "grpo", "maxent")]
     assert [(run["method"], run["seed"]) for run in written["runs"]] == order
     assert written["settings"]["maxent_overrides"] == {"maxent_tau": 0.5}
+    assert (written["settings"]["seeds"], written["settings"]["first_seed"]) == (2, 3)
     for method, figures in written["summary"].items():
         for key in ("pass_at_k", "exact_pass_at_k"):
             assert list(figures[key]) == ["1", "4", "16", "64", "256"], method
@@ -111,7 +112,7 @@ def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.Captur
     for key in ("pass_at_k", "exact_pass_at_k"):
         assert list(written["maxent_minus"][key]) == ["base", "grpo"]
         for k, difference in written["maxent_minus"][key]["grpo"].items():
-            paired = summarize([by_seed["maxent", s][key][k] - by_seed["grpo", s][key][k] for s in (0, 1)])
+            paired = summarize([by_seed["maxent", s][key][k] - by_seed["grpo", s][key][k] for s in (3, 4)])
             assert difference["mean"] == pytest.approx(paired.mean)
             assert difference["ci95"] == pytest.approx([paired.ci_low, paired.ci_high])
     for run in written["runs"]:
