@@ -263,6 +263,17 @@ def interval(values: Sequence[float]) -> list[float] | None:
     return [arm.ci_low, arm.ci_high]
 
 
+def over_seeds(runs: Sequence[Mapping[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+    """One method's ``key`` (``pass_at_k`` or ``exact_pass_at_k``) over its ``runs``, one per seed: per k the mean
+    (``key``), the values (``<key>_per_seed``) and their 95% t interval (``<key>_ci95``)."""
+    per_seed = {str(k): [r[key][str(k)] for r in runs] for k in KS}
+    return {
+        key: {k: statistics.fmean(values) for k, values in per_seed.items()},
+        f"{key}_per_seed": per_seed,
+        f"{key}_ci95": {k: interval(values) for k, values in per_seed.items()},
+    }
+
+
 def paired_differences(runs: Sequence[Mapping[str, Any]], method: str, key: str) -> dict[str, dict[str, Any]]:
     """Per other method and k, ``method``'s ``key`` (``pass_at_k`` or ``exact_pass_at_k``) minus the other's, paired
     by seed: the mean over seeds and its 95% t interval (None with one seed). Every method must have run on every
@@ -410,12 +421,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for method in ["base", *args.methods]:
         mine = [r for r in runs if r["method"] == method]
         summary[method] = {
-            "pass_at_k": {str(k): statistics.fmean(r["pass_at_k"][str(k)] for r in mine) for k in KS},
-            "pass_at_k_per_seed": {str(k): [r["pass_at_k"][str(k)] for r in mine] for k in KS},
-            "pass_at_k_ci95": {str(k): interval([r["pass_at_k"][str(k)] for r in mine]) for k in KS},
-            "exact_pass_at_k": {str(k): statistics.fmean(r["exact_pass_at_k"][str(k)] for r in mine) for k in KS},
-            "exact_pass_at_k_per_seed": {str(k): [r["exact_pass_at_k"][str(k)] for r in mine] for k in KS},
-            "exact_pass_at_k_ci95": {str(k): interval([r["exact_pass_at_k"][str(k)] for r in mine]) for k in KS},
+            **over_seeds(mine, "pass_at_k"),
+            **over_seeds(mine, "exact_pass_at_k"),
             "distinct_correct": statistics.fmean(r["distinct_correct"] for r in mine),
             "distinct_correct_per_seed": [r["distinct_correct"] for r in mine],
             "distinct_correct_share": statistics.fmean(r["distinct_correct_share"] for r in mine),
