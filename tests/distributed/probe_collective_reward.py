@@ -1,25 +1,24 @@
-"""Run under `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo): a reward function that runs a collective
-(as a judge model sharded across the processes would) while every group of process 1 is dropped.
+"""A scenario of `probe_scenarios.py` (two gloo processes on CPU): a reward function that runs a collective (as a
+judge model sharded across the processes would) while every group of process 1 is dropped.
 
-Usage: probe_collective_reward.py OUTPUT_DIR. Each process holds two whole groups; every group of process 1 comes back
+`run(output_dir)`. Each process holds two whole groups; every group of process 1 comes back
 empty. The reward of a completion is its last digit plus a hundredth of the rows scored on all processes together,
 summed by an ``all_reduce`` in a process group whose timeout turns a process that skipped the call into an error
-instead of a hang. Each process writes rank<r>.json: the calls its reward function received and the rewards TRL
+instead of a hang. Each process records the calls its reward function received and the rewards TRL
 gathered.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from accelerate import Accelerator
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.cli.command import _end_training
 from tests.support.tagged_backend import rank_one_drops
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
@@ -53,8 +52,8 @@ class RewardRecorder(MaxEntGRPOTrainer):
         return output
 
 
-def main() -> None:
-    output_dir = Path(sys.argv[1])
+def run(output_dir: Path) -> tuple[dict[str, Any], Accelerator]:
+    """Train 2 steps; return this process's record and the accelerator."""
     model, tokenizer = tiny_model_and_tokenizer()
     args = tiny_config(output_dir, per_device_train_batch_size=8, max_steps=2, generation_max_retries=1)
     reward = CollectiveReward()
@@ -71,11 +70,4 @@ def main() -> None:
     trainer.recorded = []
     trainer.train()
     out = {"rank": rank, "calls": reward.calls, "batches": trainer.recorded}
-    (output_dir / f"rank{rank}.json").write_text(json.dumps(out))
-    accelerator = trainer.accelerator
-    del trainer
-    _end_training(accelerator)
-
-
-if __name__ == "__main__":
-    main()
+    return out, trainer.accelerator

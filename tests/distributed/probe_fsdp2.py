@@ -1,27 +1,27 @@
-"""Run under `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo): what one optimizer step with dropped
-groups does under FSDP2 (the runs of `tests.support.two_step_update`).
+"""A scenario of `probe_scenarios.py` (two gloo processes on CPU): what one optimizer step with dropped groups does
+under FSDP2 (the runs of `tests.support.two_step_update`).
 
-Usage: probe_fsdp2.py OUTPUT_DIR MODEL_DIR. The model is sharded when it is loaded (transformers'
+`run(output_dir, model_dir)`. The model is sharded when it is loaded (transformers'
 ``DistributedConfig(fsdp_size=2)``: DTensor parameters, each process holding half), the way FSDP runs on CPU, where
 accelerate does not enable its FSDP plugin. The snapshot after each step holds the parameters in full and this
-process's shards of the parameters and of the torch optimizer's state.
+process's shards of the parameters and of the torch optimizer's state. The record holds every run's snapshots.
 """
 
 from __future__ import annotations
 
-import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import Accelerator
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
 from transformers.distributed import DistributedConfig
 
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.tiny_model import build_tiny_tokenizer
-from tests.support.two_step_update import run_all, train_two_steps
+from tests.support.two_step_update import train_all, train_two_steps
 
 
 def local(tensor: torch.Tensor) -> torch.Tensor:
@@ -58,5 +58,7 @@ def train(model_dir: str, output_dir: Path, optim: str, loss_type: str, empty_on
     return train_two_steps(model, build_tiny_tokenizer(), output_dir, optim, loss_type, empty_on, snapshot)
 
 
-if __name__ == "__main__":
-    run_all(Path(sys.argv[1]), partial(train, sys.argv[2]))
+def run(output_dir: Path, model_dir: str) -> tuple[dict[str, Any], Accelerator]:
+    """Every run of `tests.support.two_step_update` under FSDP2; return this process's record and the accelerator."""
+    accelerator, runs = train_all(output_dir, partial(train, model_dir))
+    return {"rank": accelerator.process_index, "runs": runs}, accelerator

@@ -1,8 +1,8 @@
-"""Run under `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo): the DDP gradient when one process's
-groups are all dropped equals stock TRL's gradient on the other process's kept rows alone.
+"""A scenario of `probe_scenarios.py` (two gloo processes on CPU): the DDP gradient when one process's groups are all
+dropped equals stock TRL's gradient on the other process's kept rows alone.
 
-Usage: probe_gradient.py OUTPUT_DIR LOSS_TYPE. Each process holds two whole groups; every group of process 1 comes
-back empty. Process 0 writes the relative error between the gradient the optimizer receives (after DDP's average)
+`run(output_dir, loss_type)`. Each process holds two whole groups; every group of process 1 comes back empty.
+Process 0 records the relative error between the gradient the optimizer receives (after DDP's average)
 and stock `GRPOTrainer._compute_loss` on its micro-batch, computed on an unwrapped copy of the starting weights.
 """
 
@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
-import sys
 from pathlib import Path
+from typing import Any
 
 import torch
+from accelerate import Accelerator
 from trl import GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.cli.command import _end_training
 from tests.support.tagged_backend import rank_one_drops
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
@@ -50,8 +49,8 @@ def one_process_collectives(accelerator):
         del accelerator.gather, accelerator.reduce
 
 
-def main() -> None:
-    output_dir, loss_type = Path(sys.argv[1]), sys.argv[2]
+def run(output_dir: Path, loss_type: str) -> tuple[dict[str, Any], Accelerator]:
+    """One optimizer step with ``loss_type``; return this process's record and the accelerator."""
     model, tokenizer = tiny_model_and_tokenizer()
     args = tiny_config(output_dir, per_device_train_batch_size=8, max_steps=1, loss_type=loss_type, max_grad_norm=0.0)
     trainer = GradientRecorder(
@@ -65,7 +64,7 @@ def main() -> None:
     rank = trainer.accelerator.process_index
     trainer.generation_backend = rank_one_drops(tokenizer, rank)
     trainer.train()
-    out: dict = {"rank": rank, "kept": int(trainer.micro_batch["row_keep"].sum())}
+    out: dict[str, Any] = {"rank": rank, "kept": int(trainer.micro_batch["row_keep"].sum())}
     if rank == 0:
         reference = copy.deepcopy(trainer.accelerator.unwrap_model(trainer.model))
         reference.load_state_dict(trainer.start)
@@ -77,12 +76,4 @@ def main() -> None:
         actual = torch.cat([trainer.gradient[n].flatten() for n in names])
         out["relative_error"] = ((actual - expected).norm() / expected.norm()).item()
         out["norm_ratio"] = (actual.norm() / expected.norm()).item()
-    (output_dir / f"rank{rank}.json").write_text(json.dumps(out))
-    # End as `maxent-grpo train` does: without it, the process can hang or abort after writing its results.
-    accelerator = trainer.accelerator
-    del trainer
-    _end_training(accelerator)
-
-
-if __name__ == "__main__":
-    main()
+    return out, trainer.accelerator

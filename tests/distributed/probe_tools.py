@@ -1,22 +1,21 @@
-"""Run under `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo): tool-calling episodes across processes.
+"""Scenarios of `probe_scenarios.py` (two gloo processes on CPU): tool-calling episodes across processes.
 
 Each process holds 6 rows, groups have 4 (the middle group straddles the processes), and every episode plays
 `FlakyGuessGame` through a `ScriptedGuesser` with its own script per process: process 0's guesses hang (past
 ``tool_timeout``) and raise far more often than process 1's, so the processes' episodes fail at different places.
-Usage: probe_tools.py OUTPUT_DIR POLICY (a ``tool_error_policy``). Each process writes rank<r>.json with, per
-generation batch, its keep masks and the backend calls it made.
+`run(output_dir, policy)`, ``policy`` a ``tool_error_policy``. The record holds, per generation batch, this
+process's keep masks and the backend calls it made.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
+from typing import Any
 
 import torch
+from accelerate import Accelerator
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.cli.command import _end_training
 from maxent_grpo.tiny_model import build_tiny_model
 from tests.support.guessing_game import (
     FlakyGuessGame,
@@ -44,8 +43,8 @@ class RecordingTrainer(MaxEntGRPOTrainer):
         return result
 
 
-def main() -> None:
-    output_dir, policy = Path(sys.argv[1]), sys.argv[2]
+def run(output_dir: Path, policy: str) -> tuple[dict[str, Any], Accelerator]:
+    """Train 3 steps with tool ``policy``; return this process's record and the accelerator."""
     tokenizer = game_tokenizer()
     model = build_tiny_model(tokenizer, max_position_embeddings=1024)
     args = tiny_config(
@@ -81,11 +80,4 @@ def main() -> None:
         "checksum": sum(p.detach().double().sum().item() for p in trainer.model.parameters()),
         "finite_params": all(torch.isfinite(p).all().item() for p in trainer.model.parameters()),
     }
-    (output_dir / f"rank{rank}.json").write_text(json.dumps(out))
-    accelerator = trainer.accelerator
-    del trainer
-    _end_training(accelerator)
-
-
-if __name__ == "__main__":
-    main()
+    return out, trainer.accelerator

@@ -1,26 +1,27 @@
-"""Run under `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo): the alignment probe across processes.
+"""Scenarios of `probe_scenarios.py` (two gloo processes on CPU): the alignment probe across processes.
 
 Each process holds 6 rows and groups have 4, so the middle group of every generation batch straddles the two
-processes. Usage: probe_train.py OUTPUT_DIR MODE, MODE "straddle" (process 1 never completes its part of the straddling
+processes. `run(output_dir, mode)`, one of `MODES`: "straddle" (process 1 never completes its part of the straddling
 group, no retries), "faults" (random faults with retries, listwise objective), "dynamic" (dynamic sampling with a
 reward that is constant for even prompts, with faults) or "one_rank_faults" (faults on process 0 only, dynamic
-sampling, two generation batches per optimizer step). Each process writes rank<r>.json, with the backend calls each
-generation batch made.
+sampling, two generation batches per optimizer step). The record holds, per generation batch, the keep masks and the
+backend calls it made.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
+from typing import Any
 
 import torch
+from accelerate import Accelerator
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.cli.command import _end_training
 from tests.integration.test_alignment_probe import AlignmentReward
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
+
+MODES = ("straddle", "faults", "dynamic", "one_rank_faults")
 
 
 class EvenPromptsConstantReward(AlignmentReward):
@@ -55,8 +56,8 @@ class RecordingTrainer(MaxEntGRPOTrainer):
         return result
 
 
-def main() -> None:
-    output_dir, mode = Path(sys.argv[1]), sys.argv[2]
+def run(output_dir: Path, mode: str) -> tuple[dict[str, Any], Accelerator]:
+    """Train 4 steps in ``mode``; return this process's record and the accelerator."""
     model, tokenizer = tiny_model_and_tokenizer()
     args = tiny_config(
         output_dir,
@@ -124,12 +125,4 @@ def main() -> None:
         "logs": logs,
         "finite_params": all(torch.isfinite(p).all().item() for p in trainer.model.parameters()),
     }
-    (output_dir / f"rank{rank}.json").write_text(json.dumps(out))
-    # End as `maxent-grpo train` does: without it, the process can hang or abort after writing its results.
-    accelerator = trainer.accelerator
-    del trainer
-    _end_training(accelerator)
-
-
-if __name__ == "__main__":
-    main()
+    return out, trainer.accelerator

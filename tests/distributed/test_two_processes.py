@@ -1,11 +1,22 @@
-"""Two real gloo processes (accelerate launch on CPU): groups straddle processes, drops agree, nothing misaligned."""
+"""Two real gloo processes (accelerate launch on CPU): groups straddle processes, drops agree, nothing misaligned.
+
+Every scenario (the probes' `run` functions: alignment with straddling groups, faults, dynamic sampling, gradients
+with a process that keeps no row, FSDP2 updates, a collective reward function, tool faults) runs in one launch of
+`probe_scenarios.py`, one after another in the same two processes, each from a fresh trainer; the module fixture
+`scenario_results` makes that launch and each test checks what its scenario recorded on both processes. A scenario
+that raised fails only its own tests, with its traceback (`run_scenarios` launches again the scenarios after it); a
+launch that does not end cleanly (exit 0, no traceback) for any other reason fails the tests of every scenario it ran.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,10 +32,41 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
 ROOT = Path(__file__).resolve().parents[2]
 
+#: The scenarios of `probe_scenarios.py` these tests read, in the order the launch runs them (FSDP2 last: its model
+#: loads build device meshes, nothing the others use).
+SCENARIOS = (
+    "straddle",
+    "faults",
+    "dynamic",
+    "one_rank_faults",
+    "gradient-grpo",
+    "gradient-bnpo",
+    "collective_reward",
+    "tools-feedback",
+    "tools-retry",
+    "fsdp2",
+)
 
-def _launch(tmp_path: Path, *probe_args: str, probe: str = "probe_train.py") -> list[dict]:
-    """Run ``probe`` (in this folder) on two processes with ``tmp_path`` and ``probe_args``; return each rank's JSON.
-    The run must exit 0 without a traceback (a clean end, see `maxent_grpo.cli.command._end_training`)."""
+
+@dataclass
+class Launch:
+    """How one ``accelerate launch`` ended: its exit status (None: killed at the time limit) and its output."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str  # without warning lines
+
+    @property
+    def clean(self) -> bool:
+        return self.returncode == 0 and "Traceback" not in self.stderr
+
+    def report(self) -> str:
+        return f"exit {self.returncode}\n{self.stdout[-2000:]}\n{self.stderr[-6000:]}"
+
+
+def _run_launch(tmp_path: Path, *probe_args: str, probe: str, timeout: float) -> Launch:
+    """Run ``probe`` (in this folder) on two processes with ``tmp_path`` and ``probe_args``; past ``timeout`` seconds
+    the launcher and both processes are killed."""
     accelerate = executable("accelerate")
     # ROOT for `tests.*`, ahead of the inherited path, which keeps the processes on the code this test imports.
     python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -34,12 +76,89 @@ def _launch(tmp_path: Path, *probe_args: str, probe: str = "probe_train.py") -> 
         "no", "--dynamo_backend", "no", "--main_process_port", "0",
         str(ROOT / "tests" / "distributed" / probe), str(tmp_path), *probe_args,
     ]  # fmt: skip
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+        returncode: int | None = process.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the launcher and the processes it started
+        stdout, stderr = process.communicate()
+        returncode = None
+        stderr += f"\nkilled after {timeout} s"
     noise = ("Warning:", "warnings.warn(")
-    stderr = "\n".join(line for line in result.stderr.splitlines() if not any(n in line for n in noise))
-    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-2000:]}\n{stderr[-6000:]}"
-    assert "Traceback" not in result.stderr, stderr[-6000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    stderr = "\n".join(line for line in stderr.splitlines() if not any(n in line for n in noise))
+    return Launch(returncode, stdout, stderr)
+
+
+def _launch(tmp_path: Path, *probe_args: str, probe: str = "probe_train.py") -> list[dict]:
+    """Run ``probe`` (in this folder) on two processes with ``tmp_path`` and ``probe_args``; return each rank's JSON
+    (the probe writes ``tmp_path``/rank<r>.json). The run must exit 0 without a traceback (a clean end, see
+    `maxent_grpo.cli.command._end_training`)."""
+    launch = _run_launch(tmp_path, *probe_args, probe=probe, timeout=600)
+    assert launch.returncode == 0, launch.report()
+    assert "Traceback" not in launch.stderr, launch.stderr[-6000:]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def _read_statuses(folder: Path) -> list[dict[str, Any] | None]:
+    """Each process's file for the scenario in ``folder`` (None where the scenario never started there)."""
+    paths = [folder / f"rank{r}.json" for r in (0, 1)]
+    return [json.loads(path.read_text()) if path.exists() else None for path in paths]
+
+
+def run_scenarios(folder: Path, model_dir: str, names: tuple[str, ...]) -> dict[str, list[dict[str, Any]] | str]:
+    """Run ``names`` in one launch of `probe_scenarios.py`; return per scenario both processes' records, or why it
+    failed. A scenario that raised (or hung, or crashed its process) ends its launch: the scenarios after it run in a
+    new launch. A launch that fails while every scenario in it succeeded (at teardown) fails all of them."""
+    outcomes: dict[str, list[dict[str, Any]] | str] = {}
+    pending = list(names)
+    attempt = 0
+    while pending:
+        base = folder / f"launch{attempt}"
+        launch = _run_launch(base, model_dir, *pending, probe="probe_scenarios.py", timeout=600 * len(pending) + 300)
+        succeeded: list[str] = []
+        for name in pending:
+            statuses = _read_statuses(base / name)
+            if all(s is not None and s["status"] == "ok" for s in statuses):
+                succeeded.append(name)
+                continue
+            if all(s is None for s in statuses):
+                break  # not started: the launch ended before it
+            errors = [s["traceback"] for s in statuses if s is not None and s["status"] == "error"]
+            outcomes[name] = "\n".join(errors) if errors else f"scenario {name!r} did not finish\n{launch.report()}"
+            break
+        failed_here = any(name in outcomes for name in pending)
+        if not failed_here and not (launch.clean and succeeded == pending):
+            # No scenario failed, yet the launch did not end cleanly or did not run them all: teardown, or a crash
+            # outside the scenarios. Fail every scenario it was to run, as separate launches would have, and stop.
+            for name in pending:
+                outcomes[name] = f"the launch running scenarios {pending} did not end cleanly\n{launch.report()}"
+            return outcomes
+        for name in succeeded:
+            outcomes[name] = [status["record"] for status in _read_statuses(base / name)]  # type: ignore[index]
+        pending = [name for name in pending if name not in outcomes]
+        attempt += 1
+    return outcomes
+
+
+@pytest.fixture(scope="module")
+def scenario_results(tmp_path_factory, tiny_model_dir) -> dict[str, list[dict[str, Any]] | str]:
+    """Every scenario of `SCENARIOS`, run in one launch (more only after a scenario failed)."""
+    return run_scenarios(tmp_path_factory.mktemp("scenarios"), str(tiny_model_dir), SCENARIOS)
+
+
+@pytest.fixture
+def ranks_of(scenario_results):
+    """``ranks_of(name)``: both processes' records of scenario ``name``; fails the test with why the scenario did."""
+
+    def ranks(name: str) -> list[dict[str, Any]]:
+        outcome = scenario_results[name]
+        if isinstance(outcome, str):
+            pytest.fail(outcome, pytrace=False)
+        return outcome
+
     return ranks
 
 
@@ -50,8 +169,8 @@ def _assert_same_backend_calls(rank0: dict, rank1: dict) -> None:
     assert calls0 == calls1
 
 
-def test_straddling_group_dropped_on_both_processes(tmp_path):
-    rank0, rank1 = _launch(tmp_path, "straddle")
+def test_straddling_group_dropped_on_both_processes(ranks_of):
+    rank0, rank1 = ranks_of("straddle")
     assert [r["world_size"] for r in (rank0, rank1)] == [2, 2]
     assert len(rank0["records"]) == len(rank1["records"]) == 4
     for record0, record1 in zip(rank0["records"], rank1["records"], strict=True):
@@ -67,8 +186,8 @@ def test_straddling_group_dropped_on_both_processes(tmp_path):
     assert rank0["checksum"] == pytest.approx(rank1["checksum"], abs=1e-9)  # DDP kept the replicas equal
 
 
-def test_random_faults_listwise_two_processes(tmp_path):
-    rank0, rank1 = _launch(tmp_path, "faults")
+def test_random_faults_listwise_two_processes(ranks_of):
+    rank0, rank1 = ranks_of("faults")
     for record0, record1 in zip(rank0["records"], rank1["records"], strict=True):
         assert record0["global_keep"] == record1["global_keep"]
         assert record0["keep"] == record0["global_keep"][:6] and record1["keep"] == record1["global_keep"][6:]
@@ -91,8 +210,8 @@ def test_random_faults_listwise_two_processes(tmp_path):
     assert any(abs(a) > 1e-3 for local0, local1, _ in batches for a in local0 + local1)
 
 
-def test_dynamic_sampling_two_processes(tmp_path):
-    rank0, rank1 = _launch(tmp_path, "dynamic")
+def test_dynamic_sampling_two_processes(ranks_of):
+    rank0, rank1 = ranks_of("dynamic")
     for record0, record1 in zip(rank0["records"], rank1["records"], strict=True):
         assert record0["global_keep"] == record1["global_keep"]
         prompts = record0["prompts"] + record1["prompts"]
@@ -107,8 +226,8 @@ def test_dynamic_sampling_two_processes(tmp_path):
     _assert_same_backend_calls(rank0, rank1)
 
 
-def test_faults_on_one_process_keep_the_calls_symmetric(tmp_path):
-    rank0, rank1 = _launch(tmp_path, "one_rank_faults")
+def test_faults_on_one_process_keep_the_calls_symmetric(ranks_of):
+    rank0, rank1 = ranks_of("one_rank_faults")
     _assert_same_backend_calls(rank0, rank1)
     calls = [record["backend_calls"] for record in rank0["records"]]
     assert len(calls) == 8 and max(calls) > 1  # retries and refills happened, on both processes alike
@@ -118,16 +237,15 @@ def test_faults_on_one_process_keep_the_calls_symmetric(tmp_path):
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo"])
-def test_a_process_without_kept_rows_does_not_shrink_the_gradient(tmp_path, loss_type):
-    rank0, rank1 = _launch(tmp_path, loss_type, probe="probe_gradient.py")
+def test_a_process_without_kept_rows_does_not_shrink_the_gradient(ranks_of, loss_type):
+    rank0, rank1 = ranks_of(f"gradient-{loss_type}")
     assert (rank0["kept"], rank1["kept"]) == (8, 0)
     assert rank0["relative_error"] <= 1e-6, rank0  # not half of it, as a zero from process 1 would make it
 
 
-@pytest.fixture(scope="module")
-def fsdp2_runs(tmp_path_factory, tiny_model_dir) -> list[dict]:
-    folder = tmp_path_factory.mktemp("fsdp2")
-    return [rank["runs"] for rank in _launch(folder, str(tiny_model_dir), probe="probe_fsdp2.py")]
+@pytest.fixture
+def fsdp2_runs(ranks_of) -> list[dict]:
+    return [rank["runs"] for rank in ranks_of("fsdp2")]
 
 
 def test_fsdp2_step_without_kept_rows_changes_no_weight_and_no_optimizer_state(fsdp2_runs):
@@ -145,10 +263,10 @@ def test_fsdp2_process_without_kept_rows_leaves_stock_trls_update(fsdp2_runs, op
     assert_stock_update(fsdp2_runs, optimizer, loss_type)
 
 
-def test_a_process_without_kept_rows_still_calls_a_collective_reward_function(tmp_path):
+def test_a_process_without_kept_rows_still_calls_a_collective_reward_function(ranks_of):
     # Every process calls every reward function at every scoring, with no rows where it kept none: a judge sharded
     # across processes (an all_reduce here) neither hangs nor mis-scores when process 1 dropped all its groups.
-    rank0, rank1 = _launch(tmp_path, probe="probe_collective_reward.py")
+    rank0, rank1 = ranks_of("collective_reward")
     assert [call["rows"] for call in rank0["calls"]] == [8, 8]
     assert rank1["calls"] == [{"rows": 0, "answer": [], "completion_ids": [], "all": 8}] * 2
     assert all(call["all"] == 8 for call in rank0["calls"])
@@ -160,10 +278,10 @@ def test_a_process_without_kept_rows_still_calls_a_collective_reward_function(tm
 
 
 @pytest.mark.parametrize("policy", ["feedback", "retry"])
-def test_tool_faults_on_one_process_keep_both_in_step(tmp_path, policy):
+def test_tool_faults_on_one_process_keep_both_in_step(ranks_of, policy):
     """Episodes whose tool hangs or raises (mostly on process 0) are retried or dropped alike on both processes: the
     same backend calls, the same keep table, rows aligned (the reward checks), replicas equal."""
-    rank0, rank1 = _launch(tmp_path, policy, probe="probe_tools.py")
+    rank0, rank1 = ranks_of(f"tools-{policy}")
     _assert_same_backend_calls(rank0, rank1)
     for record0, record1 in zip(rank0["records"], rank1["records"], strict=True):
         assert record0["global_keep"] == record1["global_keep"]

@@ -114,8 +114,8 @@ def train_two_steps(
 Train = Callable[[Path, str, str, tuple[int, ...]], tuple[Any, list[dict[str, Any]]]]
 
 
-def run_all(output_dir: Path, train: Train) -> None:
-    """Every run of the module docstring; each process writes rank<r>.json with them, then training ends."""
+def train_all(output_dir: Path, train: Train) -> tuple[Any, dict[str, list[dict[str, Any]]]]:
+    """Every run of the module docstring; returns the last run's accelerator and the snapshots of each run by name."""
     runs: dict[str, list[dict[str, Any]]] = {}
     accelerator, runs["empty"] = train(output_dir / "empty", "adamw_torch", "grpo", (0, 1))
     for name, optim in OPTIMIZERS.items():
@@ -123,6 +123,12 @@ def run_all(output_dir: Path, train: Train) -> None:
             for kind, empty_on in (("reference", ()), ("drop", (1,))):
                 run_dir = output_dir / f"{kind}-{name}-{loss_type}"
                 accelerator, runs[f"{kind}/{name}/{loss_type}"] = train(run_dir, optim, loss_type, empty_on)
+    return accelerator, runs
+
+
+def run_all(output_dir: Path, train: Train) -> None:
+    """Every run of the module docstring; each process writes rank<r>.json with them, then training ends."""
+    accelerator, runs = train_all(output_dir, train)
     rank = accelerator.process_index
     (output_dir / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "runs": runs}))
     _end_training(accelerator)
