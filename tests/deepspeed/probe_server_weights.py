@@ -1,31 +1,32 @@
-"""Run under `accelerate launch` with two gloo processes and a DeepSpeed ZeRO config (CPU): server mode with the disk
+"""The server section of `probe_zero` (two gloo processes under DeepSpeed ZeRO on CPU): server mode with the disk
 weight transfer against the real vLLM server at BASE_URL, for the full model and for a LoRA adapter on it, and for the
 full model with ``async_generation`` (no log-prob probe then: the calls made ahead run while the model trains, and a
 ZeRO-3 forward is a collective that only the main thread may run).
 
-Usage: probe_server_weights.py OUTPUT_DIR DEEPSPEED_CONFIG MODEL_DIR BASE_URL. Each process writes rank<r>.json: per
-run, its weight pushes and, after each generation call that brought completions back, the largest difference between
-the server's log-probs of a fixed text and the trained model's (its forward gathers the ZeRO-3 shards: every process
-runs it) and the initial model's; and the staleness logged at each step.
+`run` has each process write OUTPUT_DIR/rank<r>.json: per run, its weight pushes and, after each generation call that
+brought completions back, the largest difference between the server's log-probs of a fixed text and the trained
+model's (its forward gathers the ZeRO-3 shards: every process runs it) and the initial model's (`initial_logprobs`);
+and the staleness logged at each step.
 """
 
 from __future__ import annotations
 
 import json
-import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import requests
 import torch
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.cli.command import _end_training
 from tests.support.server_logprobs import PROBE_TEXT, ProbeAfterEachCall, model_logprobs
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 
 STALENESS = "generation/staleness_max"
+SERVER_WAIT = 300.0  # seconds; the server was started in the background when the launch began
 LORA = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=0.0)
 
 
@@ -67,19 +68,35 @@ def train(output_dir: Path, deepspeed_config: str, model_dir: str, base_url: str
     return trainer.accelerator, record
 
 
-def main(output_dir: Path, deepspeed_config: str, model_dir: str, base_url: str) -> None:
-    # Before any DeepSpeed config exists, so the model loads whole: the weights the server was started with.
+def initial_logprobs(model_dir: str) -> torch.Tensor:
+    """The log-probs of `PROBE_TEXT` under the weights the server was started with. Call it before any DeepSpeed config
+    exists (the first `TrainingArguments` with one makes ZeRO-3 partition every model loaded after it), so the model
+    loads whole."""
     plain = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    initial = model_logprobs(plain, AutoTokenizer.from_pretrained(model_dir)(PROBE_TEXT)["input_ids"])
-    del plain
+    return model_logprobs(plain, AutoTokenizer.from_pretrained(model_dir)(PROBE_TEXT)["input_ids"])
+
+
+def wait_until_served(base_url: str) -> None:
+    """Until ``GET /health`` answers 200 (RuntimeError after `SERVER_WAIT` seconds): the server starting while the
+    sections before this one ran may not be ready yet."""
+    deadline = time.monotonic() + SERVER_WAIT
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"{base_url}/health", timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"the vLLM server at {base_url} was not ready within {SERVER_WAIT} s")
+
+
+def run(output_dir: Path, deepspeed_config: str, model_dir: str, base_url: str, initial: torch.Tensor) -> Any:
+    """The three runs; each process writes ``output_dir``/rank<r>.json. Returns the last run's accelerator."""
+    wait_until_served(base_url)
     runs: dict[str, Any] = {}
     for name, lora, ahead in (("full", False, False), ("lora", True, False), ("async", False, True)):
         accelerator, runs[name] = train(
             output_dir / name, deepspeed_config, model_dir, base_url, initial, lora=lora, ahead=ahead
         )
     (output_dir / f"rank{accelerator.process_index}.json").write_text(json.dumps(runs))
-    _end_training(accelerator)
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4])
+    return accelerator

@@ -1,13 +1,13 @@
-"""Run under `accelerate launch` with two gloo processes and a DeepSpeed ZeRO-3 config (CPU): retry and refill rounds
+"""The symmetry section of `probe_zero` (two gloo processes under DeepSpeed ZeRO-3 on CPU): retry and refill rounds
 with the built-in `TransformersBackend` when only process 0's generations fail.
 
-Usage: probe_symmetry.py OUTPUT_DIR DEEPSPEED_CONFIG. Two runs, with TRL's ``ds3_gather_for_generation`` on (weights
-gathered once per `generate` call) and off (`generate` gathers layer by layer, every decoding step a collective). On
-process 0 the real backend's output is damaged after each call (slots lost, marked failed, groups cut short, or the
-whole call raising once it has generated), so process 0 asks for retries and refills that process 1 does not need.
-Each process makes its own `generate` calls; a call one process makes and the other does not breaks ZeRO-3's
-collectives (gloo aborts with a size mismatch, NCCL would hang). Process r writes rank<r>.json: per run and
-generation batch, the backend calls with the rows asked, the agreed keep mask, and a checksum of the gathered weights.
+Two runs, with TRL's ``ds3_gather_for_generation`` on (weights gathered once per `generate` call) and off (`generate`
+gathers layer by layer, every decoding step a collective). On process 0 the real backend's output is damaged after
+each call (slots lost, marked failed, groups cut short, or the whole call raising once it has generated), so process 0
+asks for retries and refills that process 1 does not need. Each process makes its own `generate` calls; a call one
+process makes and the other does not breaks ZeRO-3's collectives (gloo aborts with a size mismatch, NCCL would hang).
+`run` has process r write OUTPUT_DIR/rank<r>.json: per run and generation batch, the backend calls with the rows
+asked, the agreed keep mask, and a checksum of the gathered weights.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ import deepspeed
 import torch
 
 from maxent_grpo import Completion, MaxEntGRPOTrainer
-from maxent_grpo.cli.command import _end_training
 from maxent_grpo.training.generation.backends import GenerationBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
@@ -130,15 +128,11 @@ def train_once(output_dir: Path, deepspeed_config: Path, gather_for_generation: 
     return accelerator, out
 
 
-def main() -> None:
-    output_dir, deepspeed_config = Path(sys.argv[1]), Path(sys.argv[2])
+def run(output_dir: Path, deepspeed_config: Path) -> Any:
+    """Both runs; each process writes ``output_dir``/rank<r>.json. Returns the last run's accelerator."""
     runs: dict[str, dict[str, Any]] = {}
     for gather in (True, False):
         accelerator, runs[f"gather={gather}"] = train_once(output_dir / f"gather-{gather}", deepspeed_config, gather)
     rank = accelerator.process_index
     (output_dir / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "runs": runs}))
-    _end_training(accelerator)
-
-
-if __name__ == "__main__":
-    main()
+    return accelerator

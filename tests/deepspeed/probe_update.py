@@ -1,13 +1,13 @@
-"""Run under `accelerate launch` with two gloo processes and a DeepSpeed ZeRO config (CPU): what one optimizer step
-with dropped groups does to the weights and the optimizer state (the runs of `tests.support.two_step_update`).
+"""The update section of `probe_zero` (two gloo processes under DeepSpeed ZeRO on CPU): what one optimizer step with
+dropped groups does to the weights and the optimizer state (the runs of `tests.support.two_step_update`).
 
-Usage: probe_update.py OUTPUT_DIR DEEPSPEED_CONFIG. The snapshot after each step holds the parameters gathered in
-full and this process's ZeRO partition: the flat fp32 master weights the torch optimizer steps, and its state.
+The snapshot after each step holds the parameters gathered in full and this process's ZeRO partition: the flat fp32
+master weights the torch optimizer steps, and its state. `run` has process r write OUTPUT_DIR/rank<r>.json.
 """
 
 from __future__ import annotations
 
-import sys
+import json
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ import torch
 
 from maxent_grpo import MaxEntGRPOTrainer
 from tests.support.training import tiny_model_and_tokenizer
-from tests.support.two_step_update import run_all, train_two_steps
+from tests.support.two_step_update import train_all, train_two_steps
 
 
 def zero_partition(trainer: MaxEntGRPOTrainer) -> dict[str, Any]:
@@ -61,5 +61,10 @@ def train(deepspeed_config: Path, output_dir: Path, optim: str, loss_type: str, 
     )
 
 
-if __name__ == "__main__":
-    run_all(Path(sys.argv[1]), partial(train, Path(sys.argv[2])))
+def run(output_dir: Path, deepspeed_config: Path) -> Any:
+    """Every run of `tests.support.two_step_update`; each process writes ``output_dir``/rank<r>.json. Returns the
+    last run's accelerator."""
+    accelerator, runs = train_all(output_dir, partial(train, deepspeed_config))
+    rank = accelerator.process_index
+    (output_dir / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "runs": runs}))
+    return accelerator

@@ -1,8 +1,9 @@
 """I4, I6, I7 under DeepSpeed ZeRO-2 and ZeRO-3 (I10): two real gloo processes, `accelerate launch --use_deepspeed`.
 
-Each launch runs a probe (in this folder) that trains several times and writes one JSON file per process; the tests
-read them. A launch costs tens of seconds, so there is one per ZeRO stage for the update checks and one for call
-symmetry (`tests.deepspeed.launcher` writes the ZeRO configs).
+The session fixture `zero_launch` (conftest) makes one launch per ZeRO stage, of `probe_zero.py`, which trains
+several times in the same two processes, section by section (the update runs, under ZeRO-3 the call-symmetry runs,
+then the server runs of `test_server_weights`), and writes one JSON file per section and process; the tests read them
+(`tests.deepspeed.launcher` writes the ZeRO configs).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.deepspeed.launcher import launch
+from tests.deepspeed.launcher import ZeroLaunch
 from tests.support.two_step_update import (
     LOSS_TYPES,
     OPTIMIZERS,
@@ -22,13 +23,10 @@ from tests.support.two_step_update import (
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["zero2", "zero3"])
-def update_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """`probe_update.py`'s runs, per process, under one ZeRO stage."""
-    return [
-        rank["runs"]
-        for rank in launch(tmp_path_factory.mktemp(f"zero{request.param}"), "probe_update.py", request.param)
-    ]
+@pytest.fixture
+def update_runs(zero_launch: ZeroLaunch) -> list[dict[str, Any]]:
+    """`probe_update.py`'s runs, per process, under one ZeRO stage (``zero_launch`` is parametrized over both)."""
+    return [rank["runs"] for rank in zero_launch.sections["update"]]
 
 
 def test_a_step_without_kept_rows_changes_no_weight_and_no_optimizer_state(update_runs):
@@ -49,10 +47,11 @@ def test_a_process_without_kept_rows_leaves_stock_trls_update(update_runs, optim
     assert_stock_update(update_runs, optimizer, loss_type)
 
 
-def test_faults_on_one_process_keep_zero3_generation_calls_symmetric(tmp_path):
+@pytest.mark.parametrize("zero_launch", [3], ids=["zero3"], indirect=True)
+def test_faults_on_one_process_keep_zero3_generation_calls_symmetric(zero_launch: ZeroLaunch):
     """I7 under ZeRO-3 with the built-in `TransformersBackend`: only process 0's generations fail, both processes
     make the same calls (the launch ends instead of aborting or hanging), agree on every drop, and stay equal."""
-    rank0, rank1 = (rank["runs"] for rank in launch(tmp_path, "probe_symmetry.py", 3))
+    rank0, rank1 = (rank["runs"] for rank in zero_launch.sections["symmetry"])
     for name in rank0:
         records0, records1 = rank0[name]["records"], rank1[name]["records"]
         assert len(records0) == len(records1) == 6, name  # 3 optimizer steps of 2 generation batches
