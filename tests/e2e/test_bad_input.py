@@ -1,18 +1,46 @@
-"""Bad input ends `maxent-grpo` with exit code 2 and one clear line on stderr, never a traceback."""
+"""Bad input ends `maxent-grpo` with exit code 2 and one clear line on stderr, never a traceback.
+
+Each case of `CASES` runs the command in this process: `maxent_grpo.cli.main(argv)`, the function the console script
+calls, in a scratch working directory of its own (the case writes its recipe, data, model or reward module there, and
+relative paths resolve there). Its exit code must be 2 and its whole stderr one line, ``maxent-grpo <command>: error:
+...`` holding the text the case expects. "Its whole stderr" is what a `maxent-grpo` process would print there
+(`run_main`): what reaches ``sys.stderr`` or file descriptor 2 (capfd, so libraries' C code and handlers bound to
+the real stderr count), and also what pytest would keep for itself: the Python warnings a fresh interpreter shows
+(under its own filters, every location new), log records that reach no handler (Python's last resort prints them
+in a fresh process; here pytest's handlers take them), and the lines of the stderr handlers libraries such as
+transformers set up when imported (bound to the stderr of that moment, a capture of pytest's). Modules a case
+imports from its folder are forgotten afterwards, and ``sys.path``, the environment and the library progress-bar
+switches are restored.
+
+What only a fresh interpreter shows stays a real `maxent-grpo` subprocess (`_RUNS`, four, run a few at a time, their
+whole stderr checked): the console script's own entry point and what is printed while the package and the libraries
+are first imported (in this process they were imported once, long before); what the interpreter prints as it exits
+after a run that had begun to train (`SUBPROCESS_CASES`); and an unreachable Hub endpoint, which `huggingface_hub`
+reads from the environment once, when it is imported (and `hub_access` asks it once per process).
+"""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
+import logging
+import os
 import subprocess
+import sys
+import warnings
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import datasets
 import pytest
+import transformers
+from huggingface_hub import is_offline_mode
 
 from maxent_grpo.cli import main
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
+from maxent_grpo.upstream_warnings import ignore_upstream_deprecations
 from tests.e2e.cli_runner import DEMO_RECIPE, offline_env, run_cli
 
 
@@ -26,6 +54,20 @@ def _mkdir(path: Path) -> Path:
     return path
 
 
+def _folder(path: Path) -> str:
+    return str(_mkdir(path))
+
+
+def _bytes(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+def _jsonl(path: Path, rows: list) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
 def _recipe_with(tmp_path: Path, extra: str) -> str:
     """The demo recipe with the ``field: value`` lines of ``extra`` in place of its own lines for those fields."""
     keys = {line.partition(":")[0] for line in extra.splitlines()}
@@ -33,10 +75,12 @@ def _recipe_with(tmp_path: Path, extra: str) -> str:
     return _write(tmp_path / "recipe.yaml", "".join(kept) + extra)
 
 
+def _recipe_bytes(path: Path, data: bytes) -> str:
+    return _bytes(path, DEMO_RECIPE.read_bytes() + data)
+
+
 def _prompts_without_prompt_column(tmp_path: Path) -> str:
-    path = tmp_path / "questions.jsonl"
-    path.write_text("\n".join(json.dumps({"question": f"q{i}"}) for i in range(4)))
-    return str(path)
+    return _jsonl(tmp_path / "questions.jsonl", [{"question": f"q{i}"} for i in range(4)])
 
 
 def _prompts(tmp_path: Path) -> str:
@@ -49,203 +93,6 @@ def _partial_checkpoint(tmp_path: Path) -> str:
     checkpoint.mkdir(parents=True)
     (checkpoint / "model.safetensors").write_bytes(b"")
     return str(tmp_path / "run")
-
-
-TRAIN = ["train", "--config", str(DEMO_RECIPE)]
-_EVAL = ["--eval_strategy", "steps", "--eval_steps", "1", "--per_device_eval_batch_size", "16"]
-
-# (case id, argv builder taking tmp_path, text the error line must contain)
-CASES = [
-    ("unknown-field", lambda t: [*TRAIN, "--not_a_field", "1"], "'--not_a_field'"),
-    ("unknown-field-in-recipe", lambda t: ["train", "--config", _recipe_with(t, "not_a_field: 1\n")], "'not_a_field'"),
-    ("wrong-type", lambda t: [*TRAIN, "--learning_rate", "fast"], "invalid float value: 'fast'"),
-    (
-        "wrong-type-in-recipe",
-        lambda t: ["train", "--config", _recipe_with(t, "max_steps: many\n")],
-        "max_steps='many'",
-    ),
-    (
-        "invalid-choice-in-recipe",
-        lambda t: ["train", "--config", _recipe_with(t, "maxent_objective: best\n")],
-        "maxent_objective='best'",
-    ),
-    ("missing-recipe", lambda t: ["train", "--config", str(t / "missing.yaml")], "missing.yaml"),
-    ("recipe-not-yaml", lambda t: ["train", "--config", _recipe_with(t, "- a list item\n")], "not valid YAML"),
-    ("recipe-not-a-mapping", lambda t: ["train", "--config", _write(t / "list.yaml", "- a\n- b\n")], "mapping"),
-    ("missing-required", lambda t: ["train", "--dataset_name", "vowels", "--use_cpu", "true"], "--model_name_or_path"),
-    (
-        "no-reward",
-        lambda t: ["train", "--model_name_or_path", "tiny", "--dataset_name", "vowels", "--use_cpu", "true"],
-        "no reward: set reward_funcs, reward_model_name_or_path, or both",
-    ),
-    (
-        "missing-model",
-        lambda t: ["train", "--dataset_name", "vowels", "--reward_funcs", "vowel_start", "--use_cpu", "true"],
-        "required: --model_name_or_path",
-    ),
-    (
-        "missing-model-and-dataset",
-        lambda t: ["train", "--reward_funcs", "vowel_start", "--use_cpu", "true"],
-        "required: --model_name_or_path, --dataset_name",
-    ),
-    (
-        "dataset-without-prompt-column",
-        lambda t: [*TRAIN, "--dataset_name", _prompts_without_prompt_column(t)],
-        "no 'prompt' column",
-    ),
-    ("unknown-dataset", lambda t: [*TRAIN, "--dataset_name", "no-such-org/no-such-dataset"], "no-such-dataset"),
-    ("unknown-model", lambda t: [*TRAIN, "--model_name_or_path", str(t / "no-model")], "no-model"),
-    ("unknown-hub-model", lambda t: [*TRAIN, "--model_name_or_path", "no-such-org/no-such-model"], "no-such-model"),
-    ("unknown-reward", lambda t: [*TRAIN, "--reward_funcs", "vowel_start", "nope"], "'nope'"),
-    ("reward-needs-a-column", lambda t: [*TRAIN, "--reward_funcs", "boxed_answer"], "'answer' column"),
-    (
-        "num-generations-does-not-divide",
-        lambda t: [*TRAIN, "--num_generations", "5"],
-        "must be divisible by num_generations (5)",
-    ),
-    ("invalid-config-value", lambda t: [*TRAIN, "--maxent_tau", "-1"], "maxent_tau=-1.0 is invalid"),
-    ("unknown-mode-key", lambda t: [*TRAIN, "--maxent_mode_key", "nope"], "maxent_mode_key='nope'"),
-    ("invalid-choice", lambda t: [*TRAIN, "--maxent_objective", "best"], "'best'"),
-    (
-        "missing-checkpoint",
-        lambda t: [*TRAIN, "--resume_from_checkpoint", str(t / "checkpoint-9")],
-        "resume_from_checkpoint=",
-    ),
-    (
-        "resume-true-without-checkpoint",
-        lambda t: [*TRAIN, "--output_dir", str(t), "--resume_from_checkpoint", "true"],
-        "holds no checkpoint-<step> folder to resume from",
-    ),
-    (
-        "resume-only-partial-checkpoints",
-        lambda t: [*TRAIN, "--resume_from_checkpoint", _partial_checkpoint(t)],
-        "no complete checkpoint in",
-    ),
-    (
-        "resume-a-partial-checkpoint",
-        lambda t: [*TRAIN, "--resume_from_checkpoint", str(Path(_partial_checkpoint(t)) / "checkpoint-2")],
-        "is not a checkpoint (no trainer_state.json)",
-    ),
-    (
-        "eval-split-missing",
-        lambda t: [*TRAIN, *_EVAL, "--dataset_name", _prompts(t)],
-        "(split 'test')",
-    ),
-    (
-        "streaming-without-max-steps",
-        lambda t: [*TRAIN, "--dataset_name", _prompts(t), "--dataset_streaming", "true", "--max_steps", "-1"],
-        "dataset_streaming=True needs max_steps",
-    ),
-    (
-        "streaming-with-dynamic-sampling",
-        lambda t: [*TRAIN, "--dataset_name", _prompts(t), "--dataset_streaming", "true", "--dynamic_sampling", "true"],
-        "cannot be combined with dynamic_sampling",
-    ),
-    ("quantized-tiny-model", lambda t: [*TRAIN, "--load_in_4bit", "true"], "the 'tiny' model is built in-process"),
-    (
-        "4-and-8-bit",
-        lambda t: [*TRAIN, "--load_in_4bit", "true", "--load_in_8bit", "true"],
-        "can't use 8 bit and 4 bit precision at the same time",
-    ),
-    ("unknown-attention", lambda t: [*TRAIN, "--attn_implementation", "nope"], "attn_implementation='nope'"),
-    ("unknown-dtype", lambda t: [*TRAIN, "--dtype", "float8"], "invalid choice: 'float8'"),
-    # Values refused when the config is built, not later by TRL, torch or a controller (with a traceback)
-    ("num-generations-0", lambda t: [*TRAIN, "--num_generations", "0"], "num_generations=0 is invalid"),
-    ("max-steps-0", lambda t: [*TRAIN, "--max_steps", "0"], "max_steps=0 is invalid: expected -1 or an integer >= 1"),
-    ("temperature-0", lambda t: [*TRAIN, "--temperature", "0"], "temperature=0.0 is invalid"),
-    ("top-p-above-1", lambda t: [*TRAIN, "--top_p", "1.5"], "top_p=1.5 is invalid: expected a number in (0, 1]"),
-    ("num-iterations-0", lambda t: [*TRAIN, "--num_iterations", "0"], "num_iterations=0 is invalid"),
-    ("steps-per-generation-0", lambda t: [*TRAIN, "--steps_per_generation", "0"], "steps_per_generation=0"),
-    ("epsilon-nan", lambda t: [*TRAIN, "--epsilon", "nan"], "epsilon=nan is invalid"),
-    ("controller-lr-inf", lambda t: [*TRAIN, "--maxent_tau_lr", "inf"], "maxent_tau_lr=inf is invalid"),
-    ("controller-tau-min-nan", lambda t: [*TRAIN, "--maxent_tau_min", "nan"], "maxent_tau_min=nan is invalid"),
-    (
-        "number-null-in-recipe",
-        lambda t: ["train", "--config", _recipe_with(t, "kl_horizon: null\n")],
-        "kl_horizon=None in recipe",
-    ),
-    (
-        "bool-null-in-recipe",
-        lambda t: ["train", "--config", _recipe_with(t, "dynamic_sampling: null\n")],
-        "expected a bool value, not null",
-    ),
-    (
-        "number-mapping-in-recipe",
-        lambda t: ["train", "--config", _recipe_with(t, "kl_ctl_step_size: {a: 1}\n")],
-        "kl_ctl_step_size={'a': 1} in recipe",
-    ),
-    (
-        "duplicate-key-in-recipe",
-        lambda t: ["train", "--config", _write(t / "r.yaml", DEMO_RECIPE.read_text() + "learning_rate: 0.5\n")],
-        "'learning_rate' is set twice (lines 18 and 27); keep one",
-    ),
-    ("misspelt-field", lambda t: [*TRAIN, "--learnin_rate", "3"], "did you mean 'learning_rate'?"),
-    ("demo-steps", lambda t: ["demo", "--steps", "0"], "--steps 0"),
-    ("demo-unknown-flag", lambda t: ["demo", "--fast"], "--fast"),
-    ("unknown-command", lambda t: ["fly"], "'fly'"),
-    ("no-command", lambda t: [], "expected a command"),
-]
-
-
-@pytest.fixture
-def quiet_datasets():
-    """No "Generating train split" progress bars from loading a local file before its columns are checked."""
-    datasets.disable_progress_bars()
-    yield
-    datasets.enable_progress_bars()
-
-
-@pytest.mark.parametrize(("argv", "expected"), [case[1:] for case in CASES], ids=[case[0] for case in CASES])
-def test_bad_input_exits_2_with_one_line(argv, expected, tmp_path, capsys, quiet_datasets):
-    code = main(argv(tmp_path))
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert len(err.strip().splitlines()) == 1, err
-    assert err.startswith("maxent-grpo"), err
-    assert "error:" in err and expected in err, err
-    assert "Traceback" not in err
-
-
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
-def test_vllm_requested_but_not_installed(capsys):
-    code = main([*TRAIN, "--use_vllm", "true", "--vllm_mode", "colocate"])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert len(err.strip().splitlines()) == 1 and "use_vllm=True" in err and "vLLM" in err, err
-
-
-def test_only_partial_checkpoints_is_one_line_from_the_console_script(tmp_path):
-    result = run_cli([*TRAIN, "--resume_from_checkpoint", _partial_checkpoint(tmp_path)], offline_env(tmp_path))
-    assert result.returncode == 2
-    assert result.stderr.strip() == (
-        f"maxent-grpo train: error: resume_from_checkpoint={str(tmp_path / 'run')!r}: no complete checkpoint in "
-        f"{str(tmp_path / 'run')!r} (every checkpoint-<step> folder lacks trainer_state.json: their saves did not "
-        "finish)"
-    )
-
-
-def test_console_script_reports_bad_input_in_one_line(tmp_path):
-    result = run_cli([*TRAIN, "--maxent_tau", "-1"], offline_env(tmp_path))
-    assert result.returncode == 2
-    assert (
-        result.stderr.strip() == "maxent-grpo train: error: maxent_tau=-1.0 is invalid: expected a finite number >= 0."
-    )
-    assert result.stdout == ""
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# The same promise checked on the console script itself, as a user runs it: each case below is one `maxent-grpo`
-# subprocess (run a few at a time), whose exit code and whole stderr are checked.
-
-
-def _jsonl(path: Path, rows: list) -> str:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return str(path)
-
-
-def _bytes(path: Path, data: bytes) -> str:
-    path.write_bytes(data)
-    return str(path)
 
 
 def _tiny_model_without_chat_template(path: Path) -> str:
@@ -268,9 +115,19 @@ def _tiny_model_dir(path: Path, weights: bytes | None) -> str:
     return str(path)
 
 
+def _chat_prompts_and_a_model_without_chat_template(scratch: Path) -> list[str]:
+    prompts = _jsonl(scratch / "chat.jsonl", [{"prompt": [{"role": "user", "content": "pick a vowel:"}]}] * 16)
+    return ["--dataset_name", prompts, "--model_name_or_path", _tiny_model_without_chat_template(scratch / "model")]
+
+
 def _module(path: Path, dotted_path: str, source: str = "") -> str:
-    """A module at ``path`` (empty unless ``source``); returns ``dotted_path``."""
+    """A module at ``path`` (empty unless ``source``), importable from the working directory; returns ``dotted_path``.
+
+    Its name must not be imported yet: the command would use that module instead of importing this file.
+    """
+    assert path.stem not in sys.modules, f"a module {path.stem!r} is imported already"
     path.write_text(source)
+    importlib.invalidate_caches()
     return dotted_path
 
 
@@ -278,30 +135,121 @@ _REWARD = "def reward(completions):\n    return {}\n"
 _REWARD_KW = "def reward(completions, **kwargs):\n    return {}\n"
 _WITH_INF = "[float('inf') if i == 3 else 1.0 for i in range(len(completions))]"
 
-
-def _folder(path: Path) -> str:
-    path.mkdir()
-    return str(path)
-
-
-def _recipe_bytes(path: Path, data: bytes) -> str:
-    return _bytes(path, DEMO_RECIPE.read_bytes() + data)
-
-
-def _chat_prompts_and_a_model_without_chat_template(scratch: Path) -> list[str]:
-    prompts = _jsonl(scratch / "chat.jsonl", [{"prompt": [{"role": "user", "content": "pick a vowel:"}]}] * 16)
-    return ["--dataset_name", prompts, "--model_name_or_path", _tiny_model_without_chat_template(scratch / "model")]
-
-
+TRAIN = ["train", "--config", str(DEMO_RECIPE)]
+QUICK = [*TRAIN, "--max_steps", "1"]
+_EVAL = ["--eval_strategy", "steps", "--eval_steps", "1", "--per_device_eval_batch_size", "16"]
 HUGE_BATCH = [
     "--num_generations", "1000000", "--per_device_train_batch_size", "1000000", "--max_completion_length", "100000"
 ]  # fmt: skip
-QUICK = [*TRAIN, "--max_steps", "1"]
 
-# (case id, argv builder taking a scratch folder, text the error line must contain); the subprocess runs in the
-# scratch folder.
-SUBPROCESS_CASES = [
-    # Own reward functions and reward models (issue item 1)
+Argv = Callable[[Path], list[str]]
+
+# (case id, argv builder taking the scratch folder, text the error line must contain)
+CASES: list[tuple[str, Argv, str]] = [
+    # Arguments and recipes
+    ("unknown-field", lambda t: [*TRAIN, "--not_a_field", "1"], "'--not_a_field'"),
+    ("unknown-field-in-recipe", lambda t: ["train", "--config", _recipe_with(t, "not_a_field: 1\n")], "'not_a_field'"),
+    ("wrong-type", lambda t: [*TRAIN, "--learning_rate", "fast"], "invalid float value: 'fast'"),
+    (
+        "wrong-type-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "max_steps: many\n")],
+        "max_steps='many'",
+    ),
+    (
+        "invalid-choice-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "maxent_objective: best\n")],
+        "maxent_objective='best'",
+    ),
+    ("missing-recipe", lambda t: ["train", "--config", str(t / "missing.yaml")], "missing.yaml"),
+    ("recipe-not-yaml", lambda t: ["train", "--config", _recipe_with(t, "- a list item\n")], "not valid YAML"),
+    ("recipe-not-a-mapping", lambda t: ["train", "--config", _write(t / "list.yaml", "- a\n- b\n")], "mapping"),
+    ("recipe-not-utf8", lambda t: ["train", "--config", _recipe_bytes(t / "r.yaml", b"# \xff\xfe\n")], "not UTF-8"),
+    ("missing-required", lambda t: ["train", "--dataset_name", "vowels", "--use_cpu", "true"], "--model_name_or_path"),
+    (
+        "no-reward",
+        lambda t: ["train", "--model_name_or_path", "tiny", "--dataset_name", "vowels", "--use_cpu", "true"],
+        "no reward: set reward_funcs, reward_model_name_or_path, or both",
+    ),
+    (
+        "missing-model",
+        lambda t: ["train", "--dataset_name", "vowels", "--reward_funcs", "vowel_start", "--use_cpu", "true"],
+        "required: --model_name_or_path",
+    ),
+    (
+        "missing-model-and-dataset",
+        lambda t: ["train", "--reward_funcs", "vowel_start", "--use_cpu", "true"],
+        "required: --model_name_or_path, --dataset_name",
+    ),
+    (
+        "number-null-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "kl_horizon: null\n")],
+        "kl_horizon=None in recipe",
+    ),
+    (
+        "bool-null-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "dynamic_sampling: null\n")],
+        "expected a bool value, not null",
+    ),
+    (
+        "number-mapping-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "kl_ctl_step_size: {a: 1}\n")],
+        "kl_ctl_step_size={'a': 1} in recipe",
+    ),
+    (
+        "duplicate-key-in-recipe",
+        lambda t: ["train", "--config", _write(t / "r.yaml", DEMO_RECIPE.read_text() + "learning_rate: 0.5\n")],
+        "'learning_rate' is set twice (lines 18 and 27); keep one",
+    ),
+    (
+        "duplicate-max-steps-in-recipe",  # was "duplicate-key-in-a-subprocess"
+        lambda t: ["train", "--config", _write(t / "r.yaml", DEMO_RECIPE.read_text() + "max_steps: 3\n")],
+        "'max_steps' is set twice",
+    ),
+    ("misspelt-field", lambda t: [*TRAIN, "--learnin_rate", "3"], "did you mean 'learning_rate'?"),
+    ("demo-steps", lambda t: ["demo", "--steps", "0"], "--steps 0"),
+    ("demo-unknown-flag", lambda t: ["demo", "--fast"], "--fast"),
+    ("demo-output-dir-is-a-file", lambda t: ["demo", "--output-dir", _write(t / "f", "")], "is a file"),
+    ("unknown-command", lambda t: ["fly"], "'fly'"),
+    ("no-command", lambda t: [], "expected a command"),
+    # Values refused when the config is built, not later by TRL, torch or a controller (with a traceback)
+    ("invalid-config-value", lambda t: [*TRAIN, "--maxent_tau", "-1"], "maxent_tau=-1.0 is invalid"),
+    ("unknown-mode-key", lambda t: [*TRAIN, "--maxent_mode_key", "nope"], "maxent_mode_key='nope'"),
+    ("invalid-choice", lambda t: [*TRAIN, "--maxent_objective", "best"], "'best'"),
+    (
+        "num-generations-does-not-divide",
+        lambda t: [*TRAIN, "--num_generations", "5"],
+        "must be divisible by num_generations (5)",
+    ),
+    ("num-generations-0", lambda t: [*TRAIN, "--num_generations", "0"], "num_generations=0 is invalid"),
+    ("max-steps-0", lambda t: [*TRAIN, "--max_steps", "0"], "max_steps=0 is invalid: expected -1 or an integer >= 1"),
+    ("temperature-0", lambda t: [*TRAIN, "--temperature", "0"], "temperature=0.0 is invalid"),
+    ("top-p-above-1", lambda t: [*TRAIN, "--top_p", "1.5"], "top_p=1.5 is invalid: expected a number in (0, 1]"),
+    ("num-iterations-0", lambda t: [*TRAIN, "--num_iterations", "0"], "num_iterations=0 is invalid"),
+    ("steps-per-generation-0", lambda t: [*TRAIN, "--steps_per_generation", "0"], "steps_per_generation=0"),
+    ("epsilon-nan", lambda t: [*TRAIN, "--epsilon", "nan"], "epsilon=nan is invalid"),
+    ("controller-lr-inf", lambda t: [*TRAIN, "--maxent_tau_lr", "inf"], "maxent_tau_lr=inf is invalid"),
+    ("controller-tau-min-nan", lambda t: [*TRAIN, "--maxent_tau_min", "nan"], "maxent_tau_min=nan is invalid"),
+    ("max-completion-length-0", lambda t: [*TRAIN, "--max_completion_length", "0"], "max_completion_length=0"),
+    ("negative-learning-rate", lambda t: [*TRAIN, "--learning_rate", "-0.01"], "learning_rate=-0.01 is invalid"),
+    ("nan-learning-rate", lambda t: [*TRAIN, "--learning_rate", "nan"], "learning_rate=nan is invalid"),
+    ("batch-size-0", lambda t: [*TRAIN, "--per_device_train_batch_size", "0"], "per_device_train_batch_size=0"),
+    ("negative-beta", lambda t: [*TRAIN, "--beta", "-0.5"], "beta=-0.5 is invalid"),
+    ("lora-rank-0", lambda t: [*TRAIN, "--use_peft", "true", "--lora_r", "0"], "lora_r=0 is invalid"),
+    ("lora-dropout-2", lambda t: [*TRAIN, "--use_peft", "true", "--lora_dropout", "2"], "lora_dropout=2.0 is invalid"),
+    ("unknown-dtype", lambda t: [*TRAIN, "--dtype", "float8"], "invalid choice: 'float8'"),
+    (
+        "streaming-without-max-steps",
+        lambda t: [*TRAIN, "--dataset_name", _prompts(t), "--dataset_streaming", "true", "--max_steps", "-1"],
+        "dataset_streaming=True needs max_steps",
+    ),
+    (
+        "streaming-with-dynamic-sampling",
+        lambda t: [*TRAIN, "--dataset_name", _prompts(t), "--dataset_streaming", "true", "--dynamic_sampling", "true"],
+        "cannot be combined with dynamic_sampling",
+    ),
+    # Reward functions and reward models
+    ("unknown-reward", lambda t: [*TRAIN, "--reward_funcs", "vowel_start", "nope"], "'nope'"),
+    ("reward-needs-a-column", lambda t: [*TRAIN, "--reward_funcs", "boxed_answer"], "'answer' column"),
     ("reward-module-missing", lambda t: [*TRAIN, "--reward_funcs", "no_such_module.reward"], "'no_such_module'"),
     (
         "reward-attribute-missing",
@@ -334,24 +282,15 @@ SUBPROCESS_CASES = [
         lambda t: [*QUICK, "--reward_funcs", _module(t / "few.py", "few.reward", _REWARD_KW.format("[1.0]"))],
         "reward function few.reward returned 1 rewards for 16 completions: expected one per completion",
     ),
+    # Data sets and prompts
     (
-        "reward-returns-inf",
-        lambda t: [*QUICK, "--reward_funcs", _module(t / "inf.py", "inf.reward", _REWARD_KW.format(_WITH_INF))],
-        "reward function inf.reward returned inf for completion 3: expected a finite number or None",
+        "dataset-without-prompt-column",
+        lambda t: [*TRAIN, "--dataset_name", _prompts_without_prompt_column(t)],
+        "no 'prompt' column",
     ),
-    # Prompts that cannot be generated from (item 2)
-    (
-        "integer-prompts",
-        lambda t: [*TRAIN, "--dataset_name", _jsonl(t / "ints.jsonl", [{"prompt": 5}, {"prompt": 6}])],
-        "the prompt of row 0 is 5, of type int",
-    ),
-    (
-        "chat-prompts-without-chat-template",
-        lambda t: [*QUICK, *_chat_prompts_and_a_model_without_chat_template(t)],
-        "has no chat template",
-    ),
-    # Tracebacks that become one line (item 3)
-    ("recipe-not-utf8", lambda t: ["train", "--config", _recipe_bytes(t / "r.yaml", b"# \xff\xfe\n")], "not UTF-8"),
+    ("unknown-dataset", lambda t: [*TRAIN, "--dataset_name", "no-such-org/no-such-dataset"], "no-such-dataset"),
+    ("dot-slash-missing-file", lambda t: [*TRAIN, "--dataset_name", "./nosuch.jsonl"], "no such file or directory"),
+    ("bare-missing-file", lambda t: [*TRAIN, "--dataset_name", "maths.jsonl"], "'maths.jsonl': no such file"),
     ("empty-jsonl", lambda t: [*TRAIN, "--dataset_name", _bytes(t / "empty.jsonl", b"")], "empty.jsonl' is empty"),
     (
         "jsonl-not-utf8",
@@ -363,47 +302,6 @@ SUBPROCESS_CASES = [
         lambda t: [*TRAIN, "--dataset_name", _bytes(t / "bad.jsonl", b'{"prompt": "a"}\n{"prompt": \n')],
         "cannot read dataset",
     ),
-    (
-        "folder-without-model-config",
-        lambda t: [*TRAIN, "--model_name_or_path", _folder(t / "out")],
-        "holds no config.json",
-    ),
-    (
-        "model-dir-with-corrupt-weights",
-        lambda t: [*TRAIN, "--model_name_or_path", _tiny_model_dir(t / "m", weights=b"\0" * 64)],
-        "m': model.safetensors is corrupt (Error while deserializing header",
-    ),
-    (
-        "model-dir-without-weights",
-        lambda t: [*TRAIN, "--model_name_or_path", _tiny_model_dir(t / "m", weights=None)],
-        "the directory holds no weights",
-    ),
-    ("max-completion-length-0", lambda t: [*TRAIN, "--max_completion_length", "0"], "max_completion_length=0"),
-    ("negative-learning-rate", lambda t: [*TRAIN, "--learning_rate", "-0.01"], "learning_rate=-0.01 is invalid"),
-    ("nan-learning-rate", lambda t: [*TRAIN, "--learning_rate", "nan"], "learning_rate=nan is invalid"),
-    ("batch-size-0", lambda t: [*TRAIN, "--per_device_train_batch_size", "0"], "per_device_train_batch_size=0"),
-    ("output-dir-is-a-file", lambda t: [*TRAIN, "--output_dir", _write(t / "f", "")], "is a file"),
-    ("demo-output-dir-is-a-file", lambda t: ["demo", "--output-dir", _write(t / "f", "")], "is a file"),
-    (
-        "eval-without-eval-data",
-        lambda t: [
-            *TRAIN,
-            "--dataset_name",
-            _write(t / "prompts.jsonl", '{"prompt": "pick a vowel:"}\n' * 64),
-            "--eval_strategy",
-            "steps",
-            "--per_device_eval_batch_size",
-            "16",
-        ],
-        "(split 'test')",
-    ),
-    (
-        "lora-setting-peft-rejects",
-        lambda t: [*TRAIN, "--use_peft", "true", "--lora_task_type", "NOPE"],
-        "LoRA settings: Invalid task type: 'NOPE'",
-    ),
-    ("lora-rank-0", lambda t: [*TRAIN, "--use_peft", "true", "--lora_r", "0"], "lora_r=0 is invalid"),
-    ("lora-dropout-2", lambda t: [*TRAIN, "--use_peft", "true", "--lora_dropout", "2"], "lora_dropout=2.0 is invalid"),
     (
         "streamed-malformed-jsonl",
         lambda t: [
@@ -422,71 +320,290 @@ SUBPROCESS_CASES = [
         lambda t: [*TRAIN, "--dataset_name", str(Path(_write(_mkdir(t / "data") / "train.jsonl", "")).parent)],
         "train.jsonl' is empty",
     ),
-    # Nonsense values (item 4)
-    ("negative-beta", lambda t: [*TRAIN, "--beta", "-0.5"], "beta=-0.5 is invalid"),
+    (
+        "integer-prompts",
+        lambda t: [*TRAIN, "--dataset_name", _jsonl(t / "ints.jsonl", [{"prompt": 5}, {"prompt": 6}])],
+        "the prompt of row 0 is 5, of type int",
+    ),
+    (
+        "chat-prompts-without-chat-template",
+        lambda t: [*QUICK, *_chat_prompts_and_a_model_without_chat_template(t)],
+        "has no chat template",
+    ),
+    (
+        "eval-split-missing",
+        lambda t: [*TRAIN, *_EVAL, "--dataset_name", _prompts(t)],
+        "(split 'test')",
+    ),
+    (
+        "eval-without-eval-data",
+        lambda t: [
+            *TRAIN,
+            "--dataset_name",
+            _write(t / "prompts.jsonl", '{"prompt": "pick a vowel:"}\n' * 64),
+            "--eval_strategy",
+            "steps",
+            "--per_device_eval_batch_size",
+            "16",
+        ],
+        "(split 'test')",
+    ),
     (
         "batch-larger-than-dataset",
         lambda t: [*TRAIN, "--dataset_num_prompts", "2", "--num_generations", "4"],
         "one generation batch needs 4 distinct prompts",
     ),
-    (
-        "logits-larger-than-memory",
-        lambda t: [*TRAIN, *HUGE_BATCH],
-        "the logits of one micro-batch need",
-    ),
-    ("num-generations-0-in-a-subprocess", lambda t: [*TRAIN, "--num_generations", "0"], "num_generations=0 is"),
-    (
-        "duplicate-key-in-a-subprocess",
-        lambda t: ["train", "--config", _write(t / "r.yaml", DEMO_RECIPE.read_text() + "max_steps: 3\n")],
-        "'max_steps' is set twice",
-    ),
-    # Misleading look-ups (item 5)
-    ("dot-slash-missing-file", lambda t: [*TRAIN, "--dataset_name", "./nosuch.jsonl"], "no such file or directory"),
-    ("bare-missing-file", lambda t: [*TRAIN, "--dataset_name", "maths.jsonl"], "'maths.jsonl': no such file"),
+    # Models
+    ("unknown-model", lambda t: [*TRAIN, "--model_name_or_path", str(t / "no-model")], "no-model"),
+    ("unknown-hub-model", lambda t: [*TRAIN, "--model_name_or_path", "no-such-org/no-such-model"], "no-such-model"),
     (
         "uncached-model-offline",
         lambda t: [*TRAIN, "--model_name_or_path", "my-tiny-lama"],
         "not in the Hub cache; offline mode is on (HF_HUB_OFFLINE)",
     ),
+    (
+        "folder-without-model-config",
+        lambda t: [*TRAIN, "--model_name_or_path", _folder(t / "out")],
+        "holds no config.json",
+    ),
+    (
+        "model-dir-with-corrupt-weights",
+        lambda t: [*TRAIN, "--model_name_or_path", _tiny_model_dir(t / "m", weights=b"\0" * 64)],
+        "m': model.safetensors is corrupt (Error while deserializing header",
+    ),
+    (
+        "model-dir-without-weights",
+        lambda t: [*TRAIN, "--model_name_or_path", _tiny_model_dir(t / "m", weights=None)],
+        "the directory holds no weights",
+    ),
+    ("quantized-tiny-model", lambda t: [*TRAIN, "--load_in_4bit", "true"], "the 'tiny' model is built in-process"),
+    (
+        "4-and-8-bit",
+        lambda t: [*TRAIN, "--load_in_4bit", "true", "--load_in_8bit", "true"],
+        "can't use 8 bit and 4 bit precision at the same time",
+    ),
+    ("unknown-attention", lambda t: [*TRAIN, "--attn_implementation", "nope"], "attn_implementation='nope'"),
+    (
+        "lora-setting-peft-rejects",
+        lambda t: [*TRAIN, "--use_peft", "true", "--lora_task_type", "NOPE"],
+        "LoRA settings: Invalid task type: 'NOPE'",
+    ),
+    ("logits-larger-than-memory", lambda t: [*TRAIN, *HUGE_BATCH], "the logits of one micro-batch need"),
+    # Output folder and checkpoints
+    ("output-dir-is-a-file", lambda t: [*TRAIN, "--output_dir", _write(t / "f", "")], "is a file"),
+    (
+        "missing-checkpoint",
+        lambda t: [*TRAIN, "--resume_from_checkpoint", str(t / "checkpoint-9")],
+        "resume_from_checkpoint=",
+    ),
+    (
+        "resume-true-without-checkpoint",
+        lambda t: [*TRAIN, "--output_dir", str(t), "--resume_from_checkpoint", "true"],
+        "holds no checkpoint-<step> folder to resume from",
+    ),
+    (
+        "resume-only-partial-checkpoints",
+        lambda t: [*TRAIN, "--resume_from_checkpoint", _partial_checkpoint(t)],
+        "no complete checkpoint in",
+    ),
+    (
+        "resume-a-partial-checkpoint",
+        lambda t: [*TRAIN, "--resume_from_checkpoint", str(Path(_partial_checkpoint(t)) / "checkpoint-2")],
+        "is not a checkpoint (no trainer_state.json)",
+    ),
 ]
 if importlib.util.find_spec("wandb") is None:
-    SUBPROCESS_CASES.append(
+    CASES.append(
         ("report-to-missing-integration", lambda t: [*TRAIN, "--report_to", "wandb"], "needs the wandb package")
     )
 
 
-@pytest.fixture(scope="module")
-def subprocess_results(tmp_path_factory) -> dict[str, subprocess.CompletedProcess[str]]:
-    """Every case of `SUBPROCESS_CASES` run as ``maxent-grpo`` in its own scratch folder, a few at a time."""
-    root = tmp_path_factory.mktemp("bad-input")
-    env = offline_env(root)
+# ------------------------------------------------------------------------------------------------ in this process
+# A fresh interpreter's warning filters (`python -c "import warnings; print(warnings.filters)"`, no -W options), in
+# order; `maxent_grpo` adds its own in front when it is imported (`ignore_upstream_deprecations`).
+_PYTHON_DEFAULT_FILTERS = [
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, ""),
+    ("ignore", PendingDeprecationWarning, ""),
+    ("ignore", ImportWarning, ""),
+    ("ignore", ResourceWarning, ""),
+]
 
-    def run_case(case_id, argv):
-        scratch = root / case_id
-        scratch.mkdir()
-        return run_cli(argv(scratch), env, cwd=scratch)
+
+class _LastResort(logging.Handler):
+    """Prints what Python's last-resort handler prints in a fresh process, where the root logger has no handler: a
+    record of level WARNING or above that met no handler on its way up (here pytest's handlers on the root logger take
+    every record, so nothing would show)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        while logger is not None and logger.parent is not None:  # the loggers below the root
+            if logger.handlers:
+                return
+            logger = logger.parent
+        sys.stderr.write(record.getMessage() + "\n")
+
+
+def _library_stream_handlers() -> list[logging.StreamHandler]:
+    """The stream handlers libraries put on their loggers (transformers, datasets) and so not pytest's own."""
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    return [
+        handler
+        for logger in loggers
+        if isinstance(logger, logging.Logger)
+        for handler in logger.handlers
+        if isinstance(handler, logging.StreamHandler)
+        and not isinstance(handler, logging.FileHandler)
+        and "stream" in vars(handler)  # not one that looks up sys.stderr as it writes
+        and not type(handler).__module__.startswith("_pytest")
+        and handler.stream is not sys.__stdout__
+    ]
+
+
+@pytest.fixture
+def run_main(tmp_path, monkeypatch, capfd) -> Iterator[Callable[[list[str]], tuple[int, str]]]:
+    """``main(argv)`` in ``tmp_path`` as the ``maxent-grpo`` console script runs it: its exit code and what a
+    ``maxent-grpo`` process would print on stderr (see the module docstring)."""
+    assert is_offline_mode(), "tests/conftest.py sets HF_HUB_OFFLINE=1 before huggingface_hub is imported"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # `train` puts the working directory on it
+    for name, value in offline_env(tmp_path).items():
+        if os.environ.get(name) != value:
+            monkeypatch.setenv(name, value)
+    environ = dict(os.environ)
+    imported = set(sys.modules)
+    datasets_bars_off = datasets.are_progress_bars_disabled()
+    transformers_bars_on = transformers.utils.logging.is_progress_bar_enabled()
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        capfd.readouterr()  # what building the case printed
+        for handler in _library_stream_handlers():  # bound to the stderr of the moment the library was imported
+            monkeypatch.setattr(handler, "stream", sys.stderr)
+        root, last_resort = logging.getLogger(), _LastResort()
+        root.addHandler(last_resort)
+        try:
+            with warnings.catch_warnings(record=True) as shown:  # a fresh set of locations, none shown yet
+                warnings.resetwarnings()
+                for action, category, module in _PYTHON_DEFAULT_FILTERS:
+                    warnings.filterwarnings(action, category=category, module=module, append=True)
+                ignore_upstream_deprecations()
+                code = main(argv)
+        finally:
+            root.removeHandler(last_resort)
+        err = capfd.readouterr().err
+        return code, err + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in shown)
+
+    yield run
+    for name in set(sys.modules) - imported:  # the case's own modules (reward functions), imported from tmp_path
+        if tmp_path in Path(getattr(sys.modules[name], "__file__", None) or "/").parents:
+            del sys.modules[name]
+    os.environ.clear()
+    os.environ.update(environ)
+    (datasets.disable_progress_bars if datasets_bars_off else datasets.enable_progress_bars)()
+    if transformers_bars_on:
+        transformers.utils.logging.enable_progress_bar()
+    else:
+        transformers.utils.logging.disable_progress_bar()
+
+
+@pytest.mark.parametrize(("argv", "expected"), [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_bad_input_exits_2_with_one_line(argv, expected, tmp_path, run_main):
+    args = argv(tmp_path)
+    code, err = run_main(args)
+    assert code == 2, err[-3000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err[-3000:]
+    prog = f"maxent-grpo {args[0]}" if args and args[0] in ("train", "demo") else "maxent-grpo"  # the command's
+    assert lines[0].startswith(f"{prog}: error: ") and expected in lines[0], lines[0]
+    assert "Traceback" not in err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_vllm_requested_but_not_installed(run_main):
+    code, err = run_main([*TRAIN, "--use_vllm", "true", "--vllm_mode", "colocate"])
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "use_vllm=True" in err and "vLLM" in err, err
+
+
+# ------------------------------------------------------------------------------------------ as fresh processes
+# (case id, argv builder taking the scratch folder, text the error line must contain): bad input found once training
+# began (the first step's rewards), checked up to the exit of the process, after the half-built run (model,
+# optimizer, data loaders) was torn down by the interpreter.
+SUBPROCESS_CASES: list[tuple[str, Argv, str]] = [
+    (
+        "reward-returns-inf",
+        lambda t: [*QUICK, "--reward_funcs", _module(t / "inf.py", "inf.reward", _REWARD_KW.format(_WITH_INF))],
+        "reward function inf.reward returned inf for completion 3: expected a finite number or None",
+    ),
+]
+_UNREACHABLE_HUB: dict[str, str | None] = {
+    "HF_ENDPOINT": "http://127.0.0.1:9",  # nothing listens on the discard port
+    **dict.fromkeys(("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")),  # removed
+}
+# Each run: argv builder taking the scratch folder, environment variables to set (or remove: None) in the offline one.
+_RUNS: dict[str, tuple[Argv, dict[str, str | None]]] = {
+    **{case_id: (argv, {}) for case_id, argv, _ in SUBPROCESS_CASES},
+    "invalid-config-value": (lambda t: [*TRAIN, "--maxent_tau", "-1"], {}),
+    "resume-only-partial-checkpoints": (lambda t: [*TRAIN, "--resume_from_checkpoint", _partial_checkpoint(t)], {}),
+    "unreachable-hub": (lambda t: [*TRAIN, "--dataset_name", "no-such-org/maths"], _UNREACHABLE_HUB),
+}
+
+
+@pytest.fixture(scope="module")
+def subprocess_results(tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess[str]]]:
+    """Every run of `_RUNS` as ``maxent-grpo`` in its own scratch folder, a few at a time: its folder and process."""
+    root = tmp_path_factory.mktemp("bad-input")
+
+    def run(case_id: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
+        argv, changes = _RUNS[case_id]
+        scratch = _mkdir(root / case_id)
+        env = offline_env(scratch)
+        for name, value in changes.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
+        return scratch, run_cli(argv(scratch), env, cwd=scratch)
 
     with ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {case_id: pool.submit(run_case, case_id, argv) for case_id, argv, _ in SUBPROCESS_CASES}
-        return {case_id: future.result() for case_id, future in futures.items()}
+        return dict(zip(_RUNS, pool.map(run, _RUNS), strict=True))
 
 
 @pytest.mark.parametrize(
     ("case_id", "expected"), [(c[0], c[2]) for c in SUBPROCESS_CASES], ids=[c[0] for c in SUBPROCESS_CASES]
 )
 def test_console_script_exits_2_with_one_line(case_id, expected, subprocess_results):
-    result = subprocess_results[case_id]
+    _, result = subprocess_results[case_id]
     assert result.returncode == 2, result.stderr[-3000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr[-3000:]
     assert lines[0].startswith("maxent-grpo ") and "error:" in lines[0] and expected in lines[0], lines[0]
 
 
-def test_unreachable_hub_fails_at_once_without_retries(tmp_path):
-    env = offline_env(tmp_path, HF_ENDPOINT="http://127.0.0.1:9")  # nothing listens on the discard port
-    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
-        env.pop(name, None)
-    result = run_cli([*TRAIN, "--dataset_name", "no-such-org/maths"], env)
+def test_console_script_reports_bad_input_in_one_line(subprocess_results):
+    _, result = subprocess_results["invalid-config-value"]
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip() == "maxent-grpo train: error: maxent_tau=-1.0 is invalid: expected a finite number >= 0."
+    )
+    assert result.stdout == ""
+
+
+def test_only_partial_checkpoints_is_one_line_from_the_console_script(subprocess_results):
+    scratch, result = subprocess_results["resume-only-partial-checkpoints"]
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"maxent-grpo train: error: resume_from_checkpoint={str(scratch / 'run')!r}: no complete checkpoint in "
+        f"{str(scratch / 'run')!r} (every checkpoint-<step> folder lacks trainer_state.json: their saves did not "
+        "finish)"
+    )
+
+
+def test_unreachable_hub_fails_at_once_without_retries(subprocess_results):
+    _, result = subprocess_results["unreachable-hub"]
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.strip() == (
         "maxent-grpo train: error: cannot load dataset 'no-such-org/maths': no local file or directory of that name, "
