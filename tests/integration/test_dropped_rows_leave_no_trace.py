@@ -12,14 +12,32 @@ losses TRL normalises per micro-batch, and for its entropy bonus, a micro-batch 
 for dapo, cispo and vespo (normalised by their generation batch's kept tokens) a generation batch without a kept
 token does not count. The same optimizer (its state copied) then steps on that gradient. A window whose micro-batches
 hold no kept row must leave every parameter exactly as it was.
+
+How the matrix is run: what a window holds (its generation, rewards, advantages, shuffle and old log-probs) does not
+depend on the loss type or the entropy bonus, which only enter the loss and the window plan's factors. So each
+(layout, drop) cell trains once for real, through `Trainer.train()`, as one of its (loss type, entropy) cells
+(`TRAINED_AS`, every loss type and both entropy settings among them); every other (loss type, entropy) cell of it
+*replays* that recorded window (`_replay`): the same trainer, set up for the cell (`_configure`), runs its own
+micro-step `training_step` on each recorded micro-batch (the window plan from its `_plan_of`, `_compute_loss` with
+the keep mask and the window factors, the backward an empty window skips) and then its optimizer's step, from the
+weights and optimizer state recorded before the window's step; only generation is replaced, by the recorded
+micro-batches. `test_a_reconfigured_trainer_is_one_built_for_its_cell` pins that a reconfigured trainer holds
+exactly the settings a trainer built for the cell would. The tests of the tool mask, of the KL / entropy-quantile
+settings and of masked truncated completions replay their other loss types the same way; the tests whose property
+is about the training loop (reused generation batches, skipped or empty optimizer steps, step time, adaptive entropy,
+the listwise advantages) train every case.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -27,6 +45,7 @@ from trl import GRPOTrainer
 
 from maxent_grpo import Completion, MaxEntGRPOTrainer
 from maxent_grpo.training.empty_batches import NoUsableGenerationError
+from maxent_grpo.training.optimizer_window import WindowPlanner
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
@@ -108,7 +127,11 @@ DROPS = {
 LAYOUTS = {"spg_below_ga": (1, 2), "spg_equals_ga": (2, 2), "spg_above_ga": (4, 2)}
 
 
-def _train(
+def _importance_sampling_level(loss_type: str) -> str:
+    return "sequence" if loss_type == "luspo" else "token"  # TRL requires sequence-level ratios for LUSPO
+
+
+def _build(
     tmp_path,
     *,
     loss_type,
@@ -121,13 +144,14 @@ def _train(
     model_path=None,
     backend_class=TaggedBackend,
     **extra,
-):
+) -> RecordingTrainer:
     model, tokenizer = tiny_model_and_tokenizer()
     if model_path is not None:  # a reference model (beta > 0) is loaded by name
         model = str(model_path)
     backend = backend_class(tokenizer, empty_prompts=dropped, empty_positions=empty_positions, empty_calls=empty_calls)
     overrides = {
         "loss_type": loss_type,
+        "importance_sampling_level": _importance_sampling_level(loss_type),
         "per_device_train_batch_size": ROWS_PER_DEVICE,
         "steps_per_generation": steps_per_generation,
         "gradient_accumulation_steps": gradient_accumulation_steps,
@@ -137,10 +161,8 @@ def _train(
         "max_grad_norm": 0.0,  # no clipping: the comparison is of raw gradients
         "learning_rate": 1e-3,
     }
-    if loss_type == "luspo":
-        overrides["importance_sampling_level"] = "sequence"  # TRL requires it for LUSPO
     overrides.update(extra)
-    trainer = RecordingTrainer(
+    return RecordingTrainer(
         model=model,
         reward_funcs=digit_reward,
         args=tiny_config(tmp_path, **overrides),
@@ -148,6 +170,10 @@ def _train(
         processing_class=tokenizer,
         generation_backend=backend,
     )
+
+
+def _train(tmp_path, *, dropped=frozenset(), **settings) -> RecordingTrainer:
+    trainer = _build(tmp_path, dropped=dropped, **settings)
     if dropped == DROPS["full"]["dropped"]:  # nothing to train on: the run says so once it ends
         with pytest.raises(NoUsableGenerationError):
             trainer.train()
@@ -228,25 +254,147 @@ def _check_window(trainer, window):
     return gradient_error, _relative_error(update, expected_update)
 
 
+# ------------------------------------------------------------------------------------------- replayed windows
+def _configure(trainer: MaxEntGRPOTrainer, loss_type: str, entropy_coef: float) -> None:
+    """Set ``trainer`` up as one built for ``loss_type`` and ``entropy_coef``: the config fields and the attributes
+    TRL's `GRPOTrainer.__init__` derives from them, which its loss reads when it runs (see
+    `test_a_reconfigured_trainer_is_one_built_for_its_cell`)."""
+    level = _importance_sampling_level(loss_type)
+    args = trainer.args
+    args.loss_type, args.importance_sampling_level, args.entropy_coef = loss_type, level, entropy_coef
+    trainer.loss_type, trainer.importance_sampling_level, trainer.entropy_coef = loss_type, level, entropy_coef
+    trainer._entropy_bonus_enabled = entropy_coef != 0.0 or trainer.use_adaptive_entropy  # as TRL's __init__
+
+
+def _replay(trainer: RecordingTrainer, window: dict, *, loss_type: str, entropy_coef: float) -> tuple[dict, dict]:
+    """``window`` trained again by ``trainer`` set up for ``loss_type`` and ``entropy_coef``, from the weights and
+    optimizer state recorded before its step, the way `Trainer.train()` trains a window: the trainer's own
+    `training_step` on each micro-batch (its planner plans the window with `_plan_of`; `_compute_loss` applies the
+    keep mask and the window factors; an empty window's backward is skipped), then its optimizer's step. Only the
+    generation is replaced, by the window's recorded micro-batches. Returns the new recording and the log entry TRL
+    makes of the replay's metrics, with the sum of the micro-batches' losses (what the Trainer logs for one step)."""
+    _configure(trainer, loss_type, entropy_coef)
+    micro_batches = window["micro_batches"]
+    with torch.no_grad():
+        for name, param in trainer.model.named_parameters():
+            param.copy_(window["before"][name])
+    trainer.optimizer.load_state_dict(window["optimizer_state"])
+    trainer.model.zero_grad()
+    start, size = trainer._step, len(micro_batches)
+    trainer._windows = WindowPlanner(lambda _inputs, step: micro_batches[step - start], trainer._plan_of)
+    trainer._windows.start(start, [{}] * size)  # as `get_batch_samples` starts a window
+    trainer.current_gradient_accumulation_steps = size
+    recorded, loss = len(trainer.windows), 0.0
+    for offset in range(size):
+        trainer.accelerator.gradient_state._set_sync_gradients(offset == size - 1)  # as the Trainer's loop
+        loss += trainer.training_step(trainer.model, {}, None).item()
+    trainer.optimizer.step()
+    trainer.model.zero_grad()
+    assert len(trainer.windows) == recorded + 1, "the replay made one optimizer step"
+    trainer.log({"loss": loss})
+    return trainer.windows[-1], trainer.state.log_history[-1]
+
+
+@dataclasses.dataclass
+class Training:
+    """One real training of this module, shared by the cells that replay its windows."""
+
+    trainer: RecordingTrainer
+    loss_type: str
+    entropy_coef: float
+    windows: list[dict]  # as `Trainer.train()` recorded them
+    log_history: list[dict]
+
+    def run_as(self, loss_type: str, entropy_coef: float) -> tuple[list[dict], list[dict]]:
+        """The windows and log entries of the cell (``loss_type``, ``entropy_coef``): this training's own if it is
+        the cell trained, else each window's replay. Either way the trainer is left set up for the cell."""
+        if (loss_type, entropy_coef) == (self.loss_type, self.entropy_coef):
+            _configure(self.trainer, loss_type, entropy_coef)  # back from another cell's replay
+            return self.windows, self.log_history
+        replays = [_replay(self.trainer, w, loss_type=loss_type, entropy_coef=entropy_coef) for w in self.windows]
+        return [window for window, _ in replays], [entry for _, entry in replays]
+
+
+@pytest.fixture(scope="module")
+def shared_training(tmp_path_factory) -> Callable[..., Training]:
+    """``shared_training(name, loss_type=..., entropy_coef=..., **settings)``: `_train` with those settings, run once
+    in this module under ``name``."""
+    trainings: dict[str, Training] = {}
+
+    def training(name: str, *, loss_type: str, entropy_coef: float, **settings: Any) -> Training:
+        if name not in trainings:
+            output_dir = tmp_path_factory.mktemp("shared-training")
+            trainer = _train(output_dir, loss_type=loss_type, entropy_coef=entropy_coef, **settings)
+            log_history = copy.deepcopy(trainer.state.log_history)
+            trainings[name] = Training(trainer, loss_type, entropy_coef, list(trainer.windows), log_history)
+        return trainings[name]
+
+    return training
+
+
+def _settings(trainer: MaxEntGRPOTrainer) -> dict[str, Any]:
+    """The trainer's plain attributes (numbers, strings, flags) and its config's fields."""
+    plain = (bool, int, float, str, type(None))
+    attributes = {name: value for name, value in vars(trainer).items() if isinstance(value, plain)}
+    return {**attributes, **{f"args.{name}": value for name, value in trainer.args.to_dict().items()}}
+
+
+def test_a_reconfigured_trainer_is_one_built_for_its_cell(tmp_path: Path) -> None:
+    # The replays' premise: a trainer built for one (loss type, entropy) cell and then `_configure`d for another holds
+    # exactly the settings of a trainer built for that other cell. Every loss type, both entropy settings.
+    def built(loss_type: str, entropy_coef: float) -> RecordingTrainer:
+        return _build(
+            tmp_path,
+            loss_type=loss_type,
+            steps_per_generation=2,
+            gradient_accumulation_steps=2,
+            entropy_coef=entropy_coef,
+        )
+
+    reconfigured = built("grpo", 0.0)
+    for loss_type, entropy_coef in zip(LOSS_TYPES, itertools.cycle((0.01, 0.0)), strict=False):
+        target = _settings(built(loss_type, entropy_coef))
+        assert _settings(reconfigured) != target  # each cell differs from the last in what is compared
+        _configure(reconfigured, loss_type, entropy_coef)
+        assert _settings(reconfigured) == target, (loss_type, entropy_coef)
+
+
 #: Every (layout, drop): a dropped second generation call is the window's second generation batch only below.
 MATRIX = [(layout, drop) for layout in LAYOUTS for drop in DROPS if drop != "generation" or layout == "spg_below_ga"]
+#: The (loss type, entropy coefficient) cell each (layout, drop) trains for real; its other cells replay that window.
+#: Every loss type and both entropy settings train for real somewhere.
+TRAINED_AS = {
+    ("spg_below_ga", "none"): ("grpo", 0.0),
+    ("spg_below_ga", "partial"): ("sapo", 0.01),
+    ("spg_below_ga", "generation"): ("dapo", 0.01),  # the loss factor M / K and the bonus's P * M / U
+    ("spg_below_ga", "full"): ("luspo", 0.0),
+    ("spg_equals_ga", "none"): ("dr_grpo", 0.01),
+    ("spg_equals_ga", "partial"): ("bnpo", 0.0),
+    ("spg_equals_ga", "full"): ("vespo", 0.01),
+    ("spg_above_ga", "none"): ("cispo", 0.0),
+    ("spg_above_ga", "partial"): ("luspo", 0.01),
+    ("spg_above_ga", "full"): ("grpo", 0.01),
+}
 
 
 @pytest.mark.parametrize("entropy_coef", [0.0, 0.01])
 @pytest.mark.parametrize(("layout", "drop"), MATRIX)
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
-def test_update_equals_that_of_the_kept_rows_alone(tmp_path, loss_type, layout, drop, entropy_coef):
+def test_update_equals_that_of_the_kept_rows_alone(shared_training, loss_type, layout, drop, entropy_coef):
     steps_per_generation, gradient_accumulation_steps = LAYOUTS[layout]
-    trainer = _train(
-        tmp_path,
-        loss_type=loss_type,
+    trained_loss_type, trained_entropy_coef = TRAINED_AS[layout, drop]
+    training = shared_training(
+        f"matrix/{layout}/{drop}",
+        loss_type=trained_loss_type,
+        entropy_coef=trained_entropy_coef,
         **DROPS[drop],
         steps_per_generation=steps_per_generation,
         gradient_accumulation_steps=gradient_accumulation_steps,
-        entropy_coef=entropy_coef,
     )
-    assert len(trainer.windows) == 1
-    (window,) = trainer.windows
+    windows, log_history = training.run_as(loss_type, entropy_coef)
+    trainer = training.trainer
+    assert len(windows) == 1
+    (window,) = windows
     assert len(window["micro_batches"]) == gradient_accumulation_steps
     keep = [_keep(mb) for mb in window["micro_batches"]]
     whole = torch.cat(keep)
@@ -259,7 +407,7 @@ def test_update_equals_that_of_the_kept_rows_alone(tmp_path, loss_type, layout, 
     }[drop]
     gradient_error, update_error = _check_window(trainer, window)
     assert gradient_error <= 1e-6 and update_error <= 1e-6, (gradient_error, update_error)
-    for entry in trainer.state.log_history:
+    for entry in log_history:
         for key, value in entry.items():
             assert not (isinstance(value, float) and math.isnan(value)), key
 
@@ -339,10 +487,12 @@ def test_a_step_without_kept_rows_moves_nothing_even_with_weight_decay(tmp_path)
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
-def test_kept_rows_alone_with_kl_entropy_quantile_and_entropy_bonus(tmp_path, tiny_model_dir, loss_type):
-    trainer = _train(
-        tmp_path,
-        loss_type=loss_type,
+def test_kept_rows_alone_with_kl_entropy_quantile_and_entropy_bonus(shared_training, tiny_model_dir, loss_type):
+    # grpo trains for real; dr_grpo and dapo replay its two windows (see the module docstring).
+    training = shared_training(
+        "kl, entropy quantile and entropy bonus",
+        loss_type="grpo",
+        entropy_coef=0.01,  # a static bonus: the reference applies the same one
         **DROPS["partial"],
         steps_per_generation=2,
         gradient_accumulation_steps=2,
@@ -350,13 +500,13 @@ def test_kept_rows_alone_with_kl_entropy_quantile_and_entropy_bonus(tmp_path, ti
         model_path=tiny_model_dir,
         beta=0.1,
         top_entropy_quantile=0.5,
-        entropy_coef=0.01,  # a static bonus: the reference applies the same one
     )
-    assert len(trainer.windows) == 2
-    for window in trainer.windows:
-        gradient_error, update_error = _check_window(trainer, window)
+    windows, log_history = training.run_as(loss_type, 0.01)
+    assert len(windows) == 2
+    for window in windows:
+        gradient_error, update_error = _check_window(training.trainer, window)
         assert gradient_error <= 1e-6 and update_error <= 1e-6, (gradient_error, update_error)
-    assert all(math.isfinite(v) for v in (e.get("kl", 0.0) for e in trainer.state.log_history) if v is not None)
+    assert all(math.isfinite(v) for v in (e.get("kl", 0.0) for e in log_history) if v is not None)
 
 
 class FailingAfterFirstCall(TaggedBackend):
@@ -467,19 +617,21 @@ class TruncatingBackend(TaggedBackend):
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "cispo", "vespo", "grpo"])
-def test_a_window_of_masked_truncated_completions_trains_on_nothing_without_failing(tmp_path, loss_type):
+def test_a_window_of_masked_truncated_completions_trains_on_nothing_without_failing(shared_training, loss_type):
     # Kept rows, but `mask_truncated_completions` masks every token: TRL's token count is 0 for the whole window.
-    trainer = _train(
-        tmp_path,
-        loss_type=loss_type,
+    # dapo trains for real; the other loss types replay its window (see the module docstring).
+    training = shared_training(
+        "masked truncated completions",
+        loss_type="dapo",
+        entropy_coef=0.0,
         steps_per_generation=1,
         gradient_accumulation_steps=1,
         mask_truncated_completions=True,
         backend_class=TruncatingBackend,
     )
-    (window,) = trainer.windows
+    (window,), log_history = training.run_as(loss_type, 0.0)
     assert all(bool(mb["num_items_in_batch"] == 0) for mb in window["micro_batches"])
-    assert all(math.isfinite(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry)
+    assert all(math.isfinite(entry["loss"]) for entry in log_history if "loss" in entry)
 
 
 class SlowBackend(TaggedBackend):
@@ -519,22 +671,25 @@ class ToolMaskedBackend(TaggedBackend):
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
-def test_tool_masks_and_drops_together_equal_the_kept_rows_alone(tmp_path, loss_type):
-    """Dropped rows and tool-result tokens are both kept out: the update is TRL's on the kept rows' model tokens."""
-    trainer = _train(
-        tmp_path,
-        loss_type=loss_type,
+def test_tool_masks_and_drops_together_equal_the_kept_rows_alone(shared_training, loss_type):
+    """Dropped rows and tool-result tokens are both kept out: the update is TRL's on the kept rows' model tokens.
+
+    grpo trains for real; dapo and dr_grpo replay its window (see the module docstring)."""
+    training = shared_training(
+        "tool masks",
+        loss_type="grpo",
+        entropy_coef=0.0,
         **DROPS["partial"],
         steps_per_generation=2,
         gradient_accumulation_steps=2,
         backend_class=ToolMaskedBackend,
     )
-    (window,) = trainer.windows
+    (window,), _ = training.run_as(loss_type, 0.0)
     loss_masks = torch.cat([mb["tool_mask"] * mb["completion_mask"] for mb in window["micro_batches"]])
     masks = torch.cat([mb["tool_mask"] for mb in window["micro_batches"]])
     kept = torch.cat([_keep(mb) for mb in window["micro_batches"]])
     assert kept.any() and not kept.all()
     assert not bool(loss_masks[~kept].any())  # no token of a dropped row is trained on
     assert bool((masks[kept][:, 1] == 0).all())  # a kept row keeps its own tool mask
-    gradient_error, update_error = _check_window(trainer, window)
+    gradient_error, update_error = _check_window(training.trainer, window)
     assert gradient_error <= 1e-6 and update_error <= 1e-6, (gradient_error, update_error)
