@@ -10,6 +10,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """One torch thread per test process: the tiny model's matrices are too small for intra-op threads to pay, and
+    beside a second process (pytest-xdist's other worker, a server, a launch) OpenMP threads waiting for a busy core
+    made a forward and backward ten times slower on 2 cores. `maxent-grpo demo` and the benchmarks do the same."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     from maxent_grpo.tiny_model import build_tiny_tokenizer

@@ -26,11 +26,13 @@ def executable(name: str) -> str:
 
 
 def offline_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """The environment of a subprocess: no Hub access, trackio writing under ``tmp_path``."""
+    """The environment of a subprocess: no Hub access, trackio writing under ``tmp_path``, one torch thread (as in
+    the test process, see `tests.conftest.pytest_configure`)."""
     return {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
         "TRACKIO_DIR": str(tmp_path / "trackio"),
         **extra,
     }
@@ -49,13 +51,20 @@ def run_cli(
     return run([executable("maxent-grpo"), *args], env, timeout, cwd, **popen)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt_after_checkpoint(
     command: Sequence[str], checkpoint: Path, env: dict[str, str], cwd: Path, wait: float = 240
 ) -> tuple[int, str, float]:
     """Run ``command``, send it Ctrl-C (SIGINT) once ``checkpoint`` is complete, and return its exit code, its stderr
-    and the seconds from Ctrl-C to its exit."""
+    and the seconds from Ctrl-C to its exit.
+
+    The command gets SIGINT's default disposition, as from a terminal: a pytest-xdist worker ignores SIGINT, a child
+    would inherit that, and Python installs no KeyboardInterrupt handler for a signal ignored when it starts."""
     process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)  # fmt: skip
+                               text=True, preexec_fn=_default_sigint)  # fmt: skip
     try:
         deadline = time.monotonic() + wait
         while not (checkpoint / "trainer_state.json").exists():
