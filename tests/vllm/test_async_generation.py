@@ -4,7 +4,8 @@ What is checked on the real server: the next step's batch is generated while thi
 weights are more than ``max_staleness`` steps old; every trained row's sampler log-probs are those of the weights of
 the version it is tagged with (the model as it was when that version was written), not the current ones; a server
 killed while a batch is in flight and restarted later; an error while a batch is in flight leaves no thread behind;
-two processes.
+two processes. The server is the session's (`server_url`, `shared_server`: see `tests/vllm/conftest.py`), reset to
+its launch state before each test; the kill test kills it and restarts it on its port with the same options.
 """
 
 from __future__ import annotations
@@ -22,16 +23,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from maxent_grpo import MaxEntGRPOTrainer
 from tests.distributed.test_two_processes import _launch
 from tests.e2e.cli_runner import DEMO_RECIPE, executable, interrupt_after_checkpoint, offline_env, run
-from tests.support.real_vllm_server import VLLMServerProcess, running_vllm_server
+from tests.support.real_vllm_server import SharedVLLMServer
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, train_in_thread
 
 THREAD_NAME = "maxent-grpo-async-generation"
-
-
-@pytest.fixture(scope="module")
-def server_url(vllm_model_dir):
-    with running_vllm_server(vllm_model_dir, weight_transfer="disk") as url:
-        yield url
 
 
 class VersionedTrainer(MaxEntGRPOTrainer):
@@ -172,12 +167,12 @@ class KillInFlight:
 
     __name__ = "kill_in_flight"
 
-    def __init__(self, server: VLLMServerProcess, model_dir, kill_at: int, restart_after: int) -> None:
-        self.server, self.model_dir = server, model_dir
+    def __init__(self, server: SharedVLLMServer, kill_at: int, restart_after: int) -> None:
+        self.server = server
         self.kill_at, self.restart_after = kill_at, restart_after
         self.trainer = None
         self.killed = threading.Event()
-        self.restarted: VLLMServerProcess | None = None
+        self.restarted = False
         self.reward = AlignedTextReward()
 
     def hold(self, trainer) -> None:
@@ -204,39 +199,30 @@ class KillInFlight:
 
         class Restart(TrainerCallback):
             def on_step_end(self, args, state, control, **kwargs):
-                if state.global_step == outer.restart_after and outer.restarted is None:
-                    outer.restarted = VLLMServerProcess(
-                        outer.model_dir, port=outer.server.port, weight_transfer="disk"
-                    ).start()
-                    outer.restarted.wait_ready()
+                if state.global_step == outer.restart_after and not outer.restarted:
+                    outer.server.restart()
+                    outer.restarted = True
 
         return Restart()
 
 
-def test_a_server_killed_while_a_batch_is_in_flight_and_restarted(vllm_model_dir, tmp_path):
-    server = VLLMServerProcess(vllm_model_dir, weight_transfer="disk").start()
-    killer = KillInFlight(server, vllm_model_dir, kill_at=2, restart_after=3)
-    try:
-        server.wait_ready()
-        trainer = async_trainer(
-            vllm_model_dir,
-            server.base_url,
-            tmp_path,
-            reward=killer,
-            max_steps=6,
-            vllm_request_attempts=2,
-            vllm_request_timeout=10.0,
-            generation_max_retries=1,
-            generation_max_consecutive_empty_batches=4,
-        )
-        killer.hold(trainer)
-        trainer.add_callback(killer.callback())
-        worker, errors = train_in_thread(trainer, timeout=600)
-        served = requests.get(f"{server.base_url}/weight_info", timeout=10).json()["weight_version"]
-    finally:
-        server.close()
-        if killer.restarted is not None:
-            killer.restarted.close()
+def test_a_server_killed_while_a_batch_is_in_flight_and_restarted(shared_server, vllm_model_dir, tmp_path):
+    killer = KillInFlight(shared_server, kill_at=2, restart_after=3)
+    trainer = async_trainer(
+        vllm_model_dir,
+        shared_server.base_url,
+        tmp_path,
+        reward=killer,
+        max_steps=6,
+        vllm_request_attempts=2,
+        vllm_request_timeout=10.0,
+        generation_max_retries=1,
+        generation_max_consecutive_empty_batches=4,
+    )
+    killer.hold(trainer)
+    trainer.add_callback(killer.callback())
+    worker, errors = train_in_thread(trainer, timeout=600)
+    served = requests.get(f"{shared_server.base_url}/weight_info", timeout=10).json()["weight_version"]
 
     assert not worker.is_alive(), "training hung after the server was killed with a batch in flight"
     assert not errors, errors

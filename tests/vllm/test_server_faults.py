@@ -1,7 +1,9 @@
 """Faults only a real `vllm` server process shows: killed and restarted mid-run, never coming up.
 
-The killed server's trainer pushes its weights by disk (`weights_directory`): the restarted server is given the
-trainer's version before it generates again, so training stays on-policy through the restart.
+The killed server is the session's (`shared_server`): killed with SIGKILL and restarted on its port with the same
+options, the restarted process serves the next tests (each of which finds it reset to its launch state). Its trainer
+pushes its weights by disk (`weights_directory`): the restarted server is given the trainer's version before it
+generates again, so training stays on-policy through the restart.
 """
 
 from __future__ import annotations
@@ -14,71 +16,61 @@ import torch
 from transformers import TrainerCallback
 
 from maxent_grpo import MaxEntGRPOTrainer
-from tests.support.real_vllm_server import VLLMServerProcess
+from tests.support.real_vllm_server import SharedVLLMServer, VLLMServerProcess
 from tests.support.server_logprobs import PROBE_TEXT, ProbeAfterEachCall, server_logprobs
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, train_in_thread
 from tests.vllm.test_server_process import StepLogs, model_and_tokenizer, server_backend
 
 
 class KillAndRestart(TrainerCallback):
-    """Kills the server and its engine (SIGKILL) after step 2; after step 4 starts a new one on the same port and waits
-    until it is ready. Steps 3 and 4 find no server."""
+    """Kills the server and its engine (SIGKILL) after step 2; after step 4 starts a new one on the same port (with the
+    same options) and waits until it is ready. Steps 3 and 4 find no server."""
 
-    def __init__(self, server: VLLMServerProcess, model_dir) -> None:
+    def __init__(self, server: SharedVLLMServer) -> None:
         self.server = server
-        self.model_dir = model_dir
-        self.restarted: VLLMServerProcess | None = None
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == 2:
             self.server.kill()
         if state.global_step == 4:
-            self.restarted = VLLMServerProcess(self.model_dir, port=self.server.port, weight_transfer="disk").start()
-            self.restarted.wait_ready()
+            self.server.restart()
 
 
-def test_server_killed_and_restarted_during_training(vllm_model_dir, tmp_path):
+def test_server_killed_and_restarted_during_training(shared_server, vllm_model_dir, tmp_path):
     model, tokenizer = model_and_tokenizer(vllm_model_dir)
-    server = VLLMServerProcess(vllm_model_dir, weight_transfer="disk").start()
-    restart = KillAndRestart(server, vllm_model_dir)
-    try:
-        server.wait_ready()
-        backend = server_backend(
-            server.base_url,
-            tokenizer,
-            max_attempts=2,
-            backoff_seconds=0.2,
-            request_timeout=10.0,
-            weights_directory=tmp_path / "weights",
-        )
-        probe = ProbeAfterEachCall(backend, model, tokenizer, server.base_url)
-        reward = AlignedTextReward()
-        logs = StepLogs()
-        trainer = MaxEntGRPOTrainer(
-            model=model,
-            reward_funcs=reward,
-            args=tiny_config(
-                tmp_path,
-                max_steps=8,
-                per_device_train_batch_size=8,
-                generation_max_retries=1,
-                generation_max_consecutive_empty_batches=4,
-                bf16=False,  # training computes in float32, as the server does
-            ),
-            train_dataset=letter_dataset(16),
-            processing_class=tokenizer,
-            generation_backend=backend,
-            callbacks=[logs, restart],
-        )
-        start = time.monotonic()
-        worker, errors = train_in_thread(trainer, timeout=600)
-        wall = time.monotonic() - start
-        training_diffs, training_pushes = list(probe.to_current), backend.stats["weight_pushes"]
-        resynced = resync_after_another_push(backend, model, tokenizer, tmp_path)
-    finally:
-        server.close()
-        if restart.restarted is not None:
-            restart.restarted.close()
+    restart = KillAndRestart(shared_server)
+    backend = server_backend(
+        shared_server.base_url,
+        tokenizer,
+        max_attempts=2,
+        backoff_seconds=0.2,
+        request_timeout=10.0,
+        weights_directory=tmp_path / "weights",
+    )
+    probe = ProbeAfterEachCall(backend, model, tokenizer, shared_server.base_url)
+    reward = AlignedTextReward()
+    logs = StepLogs()
+    trainer = MaxEntGRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=tiny_config(
+            tmp_path,
+            max_steps=8,
+            per_device_train_batch_size=8,
+            generation_max_retries=1,
+            generation_max_consecutive_empty_batches=4,
+            bf16=False,  # training computes in float32, as the server does
+        ),
+        train_dataset=letter_dataset(16),
+        processing_class=tokenizer,
+        generation_backend=backend,
+        callbacks=[logs, restart],
+    )
+    start = time.monotonic()
+    worker, errors = train_in_thread(trainer, timeout=600)
+    wall = time.monotonic() - start
+    training_diffs, training_pushes = list(probe.to_current), backend.stats["weight_pushes"]
+    resynced = resync_after_another_push(backend, model, tokenizer, tmp_path)
 
     assert not worker.is_alive(), "training hung after the server was killed"
     assert not errors, errors

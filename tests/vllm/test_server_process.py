@@ -1,4 +1,9 @@
-"""Server mode against a real `vllm` server process on 127.0.0.1: training, and the faults only a real server shows."""
+"""Server mode against a real `vllm` server process on 127.0.0.1 (the session's, `server_url`, serving the model's own
+weights): the prompt ids and sampled log-probs it reports, and training through it on text and chat prompts.
+
+The trainers here push no weights (a backend without ``weights_directory``): the server samples from the launch
+weights, which is what the log-prob check compares against.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from maxent_grpo import MaxEntGRPOTrainer, SamplingSettings, VLLMServerBackend
 from tests.support.chat import chat_dataset
-from tests.support.real_vllm_server import running_vllm_server
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
-
-
-@pytest.fixture(scope="module")
-def server_url(vllm_model_dir):
-    with running_vllm_server(vllm_model_dir) as url:
-        yield url
 
 
 def model_and_tokenizer(model_dir):

@@ -1,12 +1,13 @@
 """Server mode on a CPU trainer with the disk weight transfer, against a real `vllm` server on 127.0.0.1.
 
-One server for the module, started as `maxent-grpo vllm-serve` starts one, with the package's reload extension
-wrapped so that a test can inject reload faults (`tests.support.failing_reload`; none unless a test asks).
+The session's server (`server_url`, see `tests/vllm/conftest.py`), started as `maxent-grpo vllm-serve` starts one,
+with the package's reload extension wrapped so that a test can inject reload faults (`faults`, read by
+`tests.support.failing_reload`; emptied before each test). Each trainer's first step pushes its own version, so a
+test finds the server as launched and leaves it for the next test's reset.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -17,38 +18,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.training.generation.backends.protocol import GenerationStopped
 from tests.distributed.test_two_processes import _launch
-from tests.support import failing_reload
-from tests.support.real_vllm_server import running_vllm_server
 from tests.support.server_logprobs import ProbeAfterEachCall, assert_one_pusher_on_policy
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, train_in_thread
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def faults(tmp_path_factory) -> Path:
-    """The file the server's reload extension reads before each reload (`failing_reload`); empty: no fault."""
-    path = tmp_path_factory.mktemp("reload-faults") / "faults"
-    path.write_text("")
-    return path
-
-
-@pytest.fixture(scope="module")
-def server_url(vllm_model_dir, faults):
-    python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    with running_vllm_server(
-        vllm_model_dir,
-        weight_transfer="disk",
-        extra_args=("--worker-extension-cls", failing_reload.QUALNAME),
-        extra_env={failing_reload.FAULTS_VARIABLE: str(faults), "PYTHONPATH": python_path},
-    ) as url:
-        yield url
-
-
-@pytest.fixture(autouse=True)
-def no_faults_after(faults):
-    yield
-    faults.write_text("")
 
 
 def server_mode_trainer(model_dir, url, output_dir, peft_config=None, **overrides):

@@ -1,6 +1,14 @@
 """`maxent-grpo vllm-serve` for real, on 127.0.0.1: it starts a vLLM server with the flags the disk transport needs,
 prints the URL once the server is ready, a trainer given that URL pushes every version into it, and Ctrl-C or SIGTERM
-to the command alone ends the command and its server; a server that cannot start ends it with one line."""
+to the command alone ends the command and its server (every process of the server's process group, its engine
+included); a server that cannot start ends it with one line.
+
+Ctrl-C comes once the server is ready and has been trained against. SIGTERM comes while the server is still starting
+(its engine process runs, it is not ready yet): the command turns SIGTERM into the same interruption as Ctrl-C
+(its handler is installed before it waits for the server), so what differs is the signal's handling, and a server
+cut off mid-start-up must go with the command too; the ready line and the flags before it are the same for both and
+are checked on the Ctrl-C run, which saves starting a second server up to ready.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +28,18 @@ from tests.support.real_vllm_server import free_port
 from tests.vllm.test_server_weights import server_mode_trainer
 
 VLLM_ARGS = ("--dtype", "float32", "--max-model-len", "128", "--enforce-eager")
+
+
+def processes() -> dict[int, tuple[int, int, str]]:
+    """Every process on the machine: pid -> (parent pid, process group, state letter; "Z" for an exited one)."""
+    table = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it has gone meanwhile
+            continue
+        table[int(stat.parent.name)] = (int(fields[1]), int(fields[2]), fields[0])
+    return table
 
 
 class Command:
@@ -58,6 +78,16 @@ class Command:
                 return line
         pytest.fail(f"no line with {text!r} within {timeout} s; output:\n" + "\n".join(self.lines[-60:]))
 
+    def server_pid(self, timeout: float = 60) -> int:
+        """The pid of the server the command started (its child process, the leader of a process group of its own)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            children = [pid for pid, (parent, _, _) in processes().items() if parent == self.process.pid]
+            if children:
+                return children[0]
+            time.sleep(0.2)
+        pytest.fail(f"the command started no server within {timeout} s; output:\n" + "\n".join(self.lines[-60:]))
+
     def signal(self, number: int) -> int:
         """``number`` to the command alone (not to the server it started); its exit code."""
         self.process.send_signal(number)
@@ -82,14 +112,22 @@ def test_vllm_serve_prints_the_url_a_trainer_trains_against_and_a_signal_ends_it
     url = f"http://127.0.0.1:{port}"
     command = Command(str(vllm_model_dir), "--port", str(port), *VLLM_ARGS)
     try:
-        ready = command.wait_for("vLLM server ready at", timeout=300)
-        print(ready)
-        assert ready.startswith(f"vLLM server ready at {url}: ")
-        assert f"vllm_server_base_url={url}" in ready and "vllm_weight_transfer='disk'" in ready
-        launched = command.lines[0]  # the server's command line, printed first
-        assert "--worker-extension-cls" in launched and "--logprobs-mode processed_logprobs" in launched
+        server = command.server_pid()
+        if stop == signal.SIGTERM:  # while the server starts: once its engine process runs, before it is ready
+            deadline = time.monotonic() + 300
+            while not [pid for pid, (parent, _, _) in processes().items() if parent == server]:
+                assert command.process.poll() is None and time.monotonic() < deadline, "no engine process started"
+                time.sleep(0.2)
+            with pytest.raises(requests.ConnectionError):  # not listening yet
+                requests.get(f"{url}/health", timeout=5)
+        else:
+            ready = command.wait_for("vLLM server ready at", timeout=300)
+            print(ready)
+            assert ready.startswith(f"vLLM server ready at {url}: ")
+            assert f"vllm_server_base_url={url}" in ready and "vllm_weight_transfer='disk'" in ready
+            launched = command.lines[0]  # the server's command line, printed first
+            assert "--worker-extension-cls" in launched and "--logprobs-mode processed_logprobs" in launched
 
-        if stop == signal.SIGINT:  # once is enough to show the flags are the right ones
             trainer = server_mode_trainer(vllm_model_dir, url, tmp_path, max_steps=2)
             trainer.train()
             backend = trainer.generation_backend
@@ -101,6 +139,8 @@ def test_vllm_serve_prints_the_url_a_trainer_trains_against_and_a_signal_ends_it
         assert "maxent-grpo vllm-serve: interrupted" in output, output[-3000:]
         with pytest.raises(requests.ConnectionError):  # the server went with it
             requests.get(f"{url}/health", timeout=5)
+        left = [pid for pid, (_, group, state) in processes().items() if group == server and state != "Z"]
+        assert not left, f"processes of the server's group still running: {left}"  # its engine went too
     finally:
         command.close()
 
