@@ -12,16 +12,15 @@ and the staleness logged at each step.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
-import requests
 import torch
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from maxent_grpo import MaxEntGRPOTrainer
+from tests.support.real_vllm_server import wait_healthy
 from tests.support.server_logprobs import PROBE_TEXT, ProbeAfterEachCall, model_logprobs
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 
@@ -79,15 +78,8 @@ def initial_logprobs(model_dir: str) -> torch.Tensor:
 def wait_until_served(base_url: str) -> None:
     """Until ``GET /health`` answers 200 (RuntimeError after `SERVER_WAIT` seconds): the server starting while the
     sections before this one ran may not be ready yet."""
-    deadline = time.monotonic() + SERVER_WAIT
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(f"{base_url}/health", timeout=2).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"the vLLM server at {base_url} was not ready within {SERVER_WAIT} s")
+    if not wait_healthy(base_url, SERVER_WAIT):
+        raise RuntimeError(f"the vLLM server at {base_url} was not ready within {SERVER_WAIT} s")
 
 
 def run(output_dir: Path, deepspeed_config: str, model_dir: str, base_url: str, initial: torch.Tensor) -> Any:

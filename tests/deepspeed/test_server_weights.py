@@ -25,7 +25,7 @@ import pytest
 from safetensors import safe_open
 
 from tests.deepspeed.launcher import ServedModel, ZeroLaunch
-from tests.distributed.test_two_processes import _launch
+from tests.distributed.test_two_processes import launch_server_variants
 from tests.support.server_logprobs import assert_one_pusher_on_policy
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
@@ -71,6 +71,6 @@ def test_the_server_serves_the_trained_weights_after_every_push_under_fsdp2(
     vllm_servers: dict[str, ServedModel], tmp_path: Path
 ):
     untied = served(vllm_servers, "untied")
-    rank0, rank1 = _launch(tmp_path, str(untied.model_dir), untied.url(), "fsdp2", probe="probe_server.py")
+    rank0, rank1 = launch_server_variants(tmp_path, str(untied.model_dir), untied.url(), ("fsdp2",))["fsdp2"]
     assert rank0["sharded_parameters"] > 0
     assert_one_pusher_on_policy(rank0, rank1)

@@ -1,17 +1,20 @@
 """Run under `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo) with vLLM installed: one shared server.
 
-Both processes train 3 steps in float32 against the vLLM server at BASE_URL (disk weight transfer), with the model
-whole on each (DDP) or, given ``fsdp2``, sharded when it is loaded (transformers' ``DistributedConfig(fsdp_size=2)``,
-the way FSDP2 runs on CPU), or, given ``async``, whole with ``async_generation`` (no log-prob probe then: calls made
-ahead run while the model trains); ``async-fault`` also makes process 1's first call ahead raise (a fault on one
-process only). Usage: probe_server.py OUTPUT_DIR MODEL_DIR BASE_URL [fsdp2|async|async-fault]. Each process writes
-rank<r>.json: its backend's weight version at each generation call, its weight pushes, the largest difference between
-the server's log-probs of a fixed text and its own model's (the initial model's) after each call that brought
-completions back, and some generation metrics logged at each step.
+Usage: probe_server.py OUTPUT_DIR MODEL_DIR BASE_URL VARIANT [VARIANT ...]: each variant, one after another in the
+same two processes (they start once for all), trains 3 steps in float32 from a fresh trainer against the vLLM server
+at BASE_URL (disk weight transfer): ``ddp``, the model whole on each process; ``fsdp2``, sharded when it is loaded
+(transformers' ``DistributedConfig(fsdp_size=2)``, the way FSDP2 runs on CPU); ``async``, whole with
+``async_generation`` (no log-prob probe then: calls made ahead run while the model trains); ``async-fault``, the same
+with process 1's first call ahead raising (a fault on one process only). Each trainer pushes its own weights before
+its first generation, whatever an earlier variant left on the server. Each process writes
+OUTPUT_DIR/<variant>/rank<r>.json: its backend's weight version at each generation call, its weight pushes, the
+largest difference between the server's log-probs of a fixed text and its own model's (the initial model's) after
+each call that brought completions back, and some generation metrics logged at each step.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import threading
@@ -30,9 +33,12 @@ from tests.support.training import AlignedTextReward, letter_dataset, tiny_confi
 STALENESS = "generation/staleness_max"
 
 
-def train(output_dir: Path, model_dir: str, base_url: str, variant: str | None = None):
+VARIANTS = ("ddp", "fsdp2", "async", "async-fault")
+
+
+def train(output_dir: Path, model_dir: str, base_url: str, variant: str):
     reward = AlignedTextReward()
-    is_async = variant is not None and variant.startswith("async")
+    is_async = variant.startswith("async")
     config = tiny_config(
         output_dir,
         max_steps=3,
@@ -97,5 +103,19 @@ def fail_first_call_ahead(backend) -> None:
     backend.generate = failing
 
 
+def main() -> None:
+    output_dir, model_dir, base_url, variants = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown or not variants:
+        raise SystemExit(f"variants {variants}: expected one or more of {VARIANTS}")
+    for variant in variants:
+        folder = output_dir / variant
+        folder.mkdir(parents=True, exist_ok=True)
+        accelerator = train(folder, model_dir, base_url, variant)
+        accelerator.free_memory()  # this variant's model and optimizer, while the process group is still there
+        gc.collect()
+    _end_training(accelerator)  # the trainers are gone by now
+
+
 if __name__ == "__main__":
-    _end_training(train(Path(sys.argv[1]), *sys.argv[2:]))  # the trainer is gone by now
+    main()

@@ -102,6 +102,17 @@ def _launch(tmp_path: Path, *probe_args: str, probe: str = "probe_train.py") -> 
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
+def launch_server_variants(
+    folder: Path, model_dir: str, base_url: str, variants: tuple[str, ...]
+) -> dict[str, list[dict[str, Any]]]:
+    """`probe_server.py`'s ``variants`` in one launch against the vLLM server at ``base_url`` (the vllm and deepspeed
+    tiers' tests); per variant, both processes' records. The launch must end cleanly (exit 0, no traceback)."""
+    launch = _run_launch(folder, model_dir, base_url, *variants, probe="probe_server.py", timeout=600 * len(variants))
+    assert launch.clean, launch.report()
+    ranks = [f"rank{r}.json" for r in (0, 1)]
+    return {variant: [json.loads((folder / variant / name).read_text()) for name in ranks] for variant in variants}
+
+
 def _read_statuses(folder: Path) -> list[dict[str, Any] | None]:
     """Each process's file for the scenario in ``folder`` (None where the scenario never started there)."""
     paths = [folder / f"rank{r}.json" for r in (0, 1)]

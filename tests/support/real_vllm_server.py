@@ -35,6 +35,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_healthy(base_url: str, timeout: float, failed: Callable[[], str | None] = lambda: None) -> bool:
+    """Poll ``GET /health`` of the server at ``base_url`` until it answers 200 (True) or ``timeout`` seconds pass
+    (False); RuntimeError with ``failed()``'s message as soon as it returns one (the process serving it exited)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reason = failed()
+        if reason is not None:
+            raise RuntimeError(reason)
+        try:
+            if requests.get(f"{base_url}/health", timeout=2).status_code == 200:
+                return True
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    return False
+
+
 class VLLMServerProcess:
     """A vLLM server serving ``model_dir`` in float32 on ``127.0.0.1:port``, started as `maxent-grpo vllm-serve` starts
     one for ``weight_transfer`` (None: no weight transfer, a plain server), by ``python`` (default: this one; another
@@ -82,18 +99,15 @@ class VLLMServerProcess:
 
     def wait_ready(self, timeout: float = 300.0) -> None:
         """Wait until ``GET /health`` answers 200; RuntimeError with the server's log tail if it exits or times out."""
-        assert self.process is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vLLM server exited with code {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                if requests.get(f"{self.base_url}/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"vLLM server not ready within {timeout} s:\n{self.log_tail()}")
+        process = self.process
+        assert process is not None
+
+        def exited() -> str | None:
+            code = process.poll()
+            return None if code is None else f"vLLM server exited with code {code}:\n{self.log_tail()}"
+
+        if not wait_healthy(self.base_url, timeout, exited):
+            raise RuntimeError(f"vLLM server not ready within {timeout} s:\n{self.log_tail()}")
 
     def kill(self) -> None:
         """SIGKILL to the server and its engine process, as in a crash or an out-of-memory kill."""

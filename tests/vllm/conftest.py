@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.distributed.test_two_processes import launch_server_variants
 from tests.support import failing_reload
 from tests.support.real_vllm_server import SharedVLLMServer
 
@@ -84,3 +85,16 @@ def shared_server(_session_server: SharedVLLMServer) -> SharedVLLMServer:
 def server_url(shared_server: SharedVLLMServer) -> str:
     """The base URL of the session's server, in its launch state."""
     return shared_server.base_url
+
+
+@pytest.fixture(scope="session")
+def two_process_server_runs(
+    _session_server: SharedVLLMServer, vllm_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, list[dict]]:
+    """Two processes training against the shared server, one launch for the whole-model variants of
+    `tests/distributed/probe_server.py` (``ddp``, ``async``, ``async-fault``; each a fresh trainer that pushes its own
+    weights first): per variant, both processes' records."""
+    _session_server.reset()
+    folder = tmp_path_factory.mktemp("two-processes")
+    variants = ("ddp", "async", "async-fault")
+    return launch_server_variants(folder, str(vllm_model_dir), _session_server.base_url, variants)

@@ -21,7 +21,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from maxent_grpo import MaxEntGRPOTrainer
-from tests.distributed.test_two_processes import _launch
 from tests.e2e.cli_runner import DEMO_RECIPE, executable, interrupt_after_checkpoint, offline_env, run
 from tests.support.real_vllm_server import SharedVLLMServer
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, train_in_thread
@@ -265,8 +264,8 @@ def test_an_error_while_a_batch_is_in_flight_leaves_no_thread_behind(server_url,
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("variant", ["async", "async-fault"])
-def test_two_processes_generate_ahead_with_one_pusher(server_url, vllm_model_dir, tmp_path, variant):
-    rank0, rank1 = _launch(tmp_path, str(vllm_model_dir), server_url, variant, probe="probe_server.py")
+def test_two_processes_generate_ahead_with_one_pusher(two_process_server_runs, variant):
+    rank0, rank1 = two_process_server_runs[variant]
     print(f"two processes, {variant}: {rank0}")
     for name in ("staleness_max", "staleness_mean", "backend_errors", "retried_prompts", "dropped_prompts"):
         assert rank0[name] == rank1[name], name  # every logged value is the processes' common one

@@ -17,7 +17,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.training.generation.backends.protocol import GenerationStopped
-from tests.distributed.test_two_processes import _launch
 from tests.support.server_logprobs import ProbeAfterEachCall, assert_one_pusher_on_policy
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, train_in_thread
 
@@ -122,8 +121,6 @@ def test_a_server_that_keeps_refusing_the_weights_stops_training_with_one_line(
 
 
 @pytest.mark.distributed
-def test_two_processes_share_one_server_only_process_0_pushes_and_both_agree_on_the_version(
-    server_url, vllm_model_dir, tmp_path
-):
-    rank0, rank1 = _launch(tmp_path, str(vllm_model_dir), server_url, probe="probe_server.py")
+def test_two_processes_share_one_server_only_process_0_pushes_and_both_agree_on_the_version(two_process_server_runs):
+    rank0, rank1 = two_process_server_runs["ddp"]
     assert_one_pusher_on_policy(rank0, rank1)
