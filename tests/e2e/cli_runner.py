@@ -51,7 +51,10 @@ def run_cli(
     return run([executable("maxent-grpo"), *args], env, timeout, cwd, **popen)
 
 
-def _default_sigint() -> None:
+def default_sigint() -> None:
+    """A ``preexec_fn`` for a child that is sent Ctrl-C: SIGINT's default disposition, as from a terminal. A
+    pytest-xdist worker, or a shell's background job, ignores SIGINT; a child would inherit that, and Python installs
+    no KeyboardInterrupt handler for a signal ignored when it starts."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
@@ -59,12 +62,9 @@ def interrupt_after_checkpoint(
     command: Sequence[str], checkpoint: Path, env: dict[str, str], cwd: Path, wait: float = 240
 ) -> tuple[int, str, float]:
     """Run ``command``, send it Ctrl-C (SIGINT) once ``checkpoint`` is complete, and return its exit code, its stderr
-    and the seconds from Ctrl-C to its exit.
-
-    The command gets SIGINT's default disposition, as from a terminal: a pytest-xdist worker ignores SIGINT, a child
-    would inherit that, and Python installs no KeyboardInterrupt handler for a signal ignored when it starts."""
+    and the seconds from Ctrl-C to its exit. The command gets SIGINT's default disposition (`default_sigint`)."""
     process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, preexec_fn=_default_sigint)  # fmt: skip
+                               text=True, preexec_fn=default_sigint)  # fmt: skip
     try:
         deadline = time.monotonic() + wait
         while not (checkpoint / "trainer_state.json").exists():
