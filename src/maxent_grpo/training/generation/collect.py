@@ -1,16 +1,27 @@
 """Turn what a backend returns into complete completion groups: first call, retry rounds, trimming, drop decisions.
 
 This is the per-process half of the trainer's generation step, in pure Python (no torch) so it can be tested on its
-own. It asks the backend once for every prompt, then runs the seed helpers (`retry_incomplete_prompts`,
-`truncate_to_expected_counts`, `drop_empty_prompt_groups`, `drop_incomplete_prompt_groups`) on each bucket of prompts
-that expect the same count (a process holds at most three: the tail of a group that started on the previous process,
-whole groups, and the head of a group that continues on the next one).
+own. It asks the backend once for every prompt, then retries the prompts still short for just their deficits, and
+finally trims and drops groups, on each bucket of prompts that expect the same count (a process holds at most three:
+the tail of a group that started on the previous process, whole groups, and the head of a group that continues on
+the next one).
 
-Rounds are collective (invariant I7): each retry round makes exactly one backend call, covering every bucket, and
-whether a round happens at all is decided through ``any_process``: only when some process still has a short group
-and, with a time budget, no process has spent it. A process with nothing left to ask still makes the call, with empty
+Rounds are collective (invariant I7): each round makes exactly one backend call, covering every bucket, and whether a
+retry round happens at all is decided through ``any_process``: only when some process still has a short group and,
+with a time budget, no process has spent it. A process with nothing left to ask still makes the call, with empty
 lists, so that a backend whose generation is a collective (HF ``generate`` under ZeRO-3 / FSDP) runs the same number
 of times on every process.
+
+How the seed helpers (`maxent_grpo.training.generation.helpers`) are used, per bucket: an `AggregatedGenerationState`
+holds the bucket's completion texts and, as their aligned metadata, the `Completion` objects themselves (ids,
+log-probs: what the trainer needs; the texts are what the helpers align and count); `pending_generation_indices`
+says which prompts a round asks for and `append_completion_group` merges each answer into its own prompt's group;
+`truncate_to_expected_counts`, `drop_empty_prompt_groups` and `drop_incomplete_prompt_groups` decide which groups
+survive, with the prompts' positions as the "answers" they keep aligned (the step's inputs, which carry the answers,
+are re-aligned from those positions). One helper is not used: `retry_incomplete_prompts` runs its own retry loop over
+one prompt list with one expected count and stops as soon as that list has nothing pending, while here a round must
+cover every bucket in one call and run on every process until no process has anything pending (I7); its per-round
+merge is the same `append_completion_group` call made here.
 """
 
 from __future__ import annotations
@@ -28,7 +39,6 @@ from maxent_grpo.training.generation.helpers import (
     drop_empty_prompt_groups,
     drop_incomplete_prompt_groups,
     pending_generation_indices,
-    retry_incomplete_prompts,
     seed_generation_groups,
     truncate_to_expected_counts,
 )
@@ -128,35 +138,35 @@ class _Bucket:
         return pending_generation_indices(self.state.completions, self.expected)
 
 
-def _retry_round(caller: _BackendCaller, prompts: Sequence[Any], buckets: list[_Bucket]) -> None:
-    """One retry round: a single backend call for the deficits of every bucket, merged by `retry_incomplete_prompts`.
+def _round(caller: _BackendCaller, prompts: Sequence[Any], buckets: list[_Bucket]) -> None:
+    """One round: a single backend call for the deficits of every bucket (in prompt order), each answer appended to
+    its own prompt.
 
-    The call is made even when nothing is pending here (see the module docstring). Each bucket's share of the answer
-    is handed to the seed helper through a one-round generator, so trimming, alignment and metadata merging stay the
-    helper's.
+    The call is made even when nothing is pending here (see the module docstring). The caller trims each group to
+    the count asked, so nothing appended overfills a group.
     """
-    requests = [(bucket, bucket.pending()) for bucket in buckets]
-    asked = [(bucket, position) for bucket, pending in requests for position in pending]
+    asked = sorted(
+        ((bucket, position) for bucket in buckets for position in bucket.pending()),
+        key=lambda item: item[0].indices[item[1]],
+    )
     answers = caller(
         [prompts[bucket.indices[position]] for bucket, position in asked],
         [bucket.expected - len(bucket.state.completions[position]) for bucket, position in asked],
     )
-    offset = 0
-    for bucket, pending in requests:
-        if not pending:
-            continue
-        share = answers[offset : offset + len(pending)]
-        offset += len(pending)
-        bucket.state = retry_incomplete_prompts(
-            [prompts[i] for i in bucket.indices],
-            lambda _prompts, _expected, _deficits, share=share: (
-                [[c.text for c in group] for group in share],
-                [list(group) for group in share],
-            ),
-            bucket.expected,
-            bucket.state,
-            1,
+    for (bucket, position), group in zip(asked, answers, strict=True):
+        state = bucket.state
+        state.metadata = append_completion_group(
+            state.completions, state.metadata, position, [c.text for c in group], list(group)
         )
+
+
+def _survivors(bucket: _Bucket, prompts: Sequence[Any], stats: dict[str, int]) -> tuple[list[int], list[list[Any]]]:
+    """The bucket's prompts whose group is complete (their positions in ``prompts``) and every group, trimmed."""
+    texts, metadata, _ = truncate_to_expected_counts(bucket.state.completions, bucket.state.metadata, bucket.expected)
+    metadata = metadata if metadata is not None else [[] for _ in texts]
+    kept = drop_empty_prompt_groups([prompts[i] for i in bucket.indices], list(bucket.indices), texts, metadata, stats)
+    _, survivors, _, _, _ = drop_incomplete_prompt_groups(*kept, bucket.expected, stats)
+    return survivors, metadata
 
 
 def collect_completion_groups(
@@ -183,16 +193,12 @@ def collect_completion_groups(
         raise ValueError(f"Got {len(prompts)} prompts but {len(counts)} counts.")
     result = CollectedGroups(groups=[], complete=[])
     caller = _BackendCaller(backend, check, result)
-    texts, seeded_meta = seed_generation_groups(len(prompts), None, [[] for _ in prompts])
-    metadata: list[list[Any]] = seeded_meta if seeded_meta is not None else [[] for _ in prompts]
-    for index, group in enumerate(caller(prompts, counts)):
-        metadata = append_completion_group(texts, metadata, index, [c.text for c in group], list(group)) or metadata
-
     buckets = []
     for expected in sorted(set(counts)):
         indices = [i for i, count in enumerate(counts) if count == expected]
-        state = AggregatedGenerationState([texts[i] for i in indices], [metadata[i] for i in indices])
-        buckets.append(_Bucket(expected, indices, state))
+        texts, metadata = seed_generation_groups(len(indices), None, [[] for _ in indices])
+        buckets.append(_Bucket(expected, indices, AggregatedGenerationState(texts, metadata)))
+    _round(caller, prompts, buckets)  # the first call: every prompt is pending
 
     retried: set[int] = set()
     for _ in range(retry_limit):
@@ -210,24 +216,15 @@ def collect_completion_groups(
             break
         retried.update(pending)
         result.stats["retry_rounds"] += 1
-        _retry_round(caller, prompts, buckets)
+        _round(caller, prompts, buckets)
     result.stats["retried_prompts"] += len(retried)
 
-    complete = [False] * len(prompts)
+    result.groups = [[] for _ in prompts]
+    result.complete = [False] * len(prompts)
     for bucket in buckets:
-        state, expected, indices = bucket.state, bucket.expected, bucket.indices
-        bucket_texts, bucket_meta, _ = truncate_to_expected_counts(state.completions, state.metadata, expected)
-        survivors, _, kept_texts, kept_meta = drop_empty_prompt_groups(
-            list(indices), list(indices), bucket_texts, bucket_meta, result.stats
-        )
-        survivors, _, _, _, _ = drop_incomplete_prompt_groups(
-            survivors, list(survivors), kept_texts, kept_meta, expected, result.stats
-        )
-        for position, index in enumerate(indices):
-            texts[index], metadata[index] = bucket_texts[position], bucket_meta[position]
+        survivors, metadata = _survivors(bucket, prompts, result.stats)
+        for position, index in enumerate(bucket.indices):
+            result.groups[index] = [c for c in metadata[position] if c is not None]
         for index in survivors:
-            complete[index] = True
-
-    result.groups = [[c for c in group if c is not None] for group in metadata]
-    result.complete = complete
+            result.complete[index] = True
     return result
