@@ -13,8 +13,9 @@ restart, which brings the launch weights back), the pusher loads the version int
 ``POST /pause?mode=keep``, ``POST /collective_rpc`` running the worker extension's reload (`server_reload_extension`:
 tied layers included, and a report of any engine parameter left stale), ``POST /reset_prefix_cache``,
 ``POST /resume``, and last ``POST /update_weight_version``: the server claims the version only once all of it has
-loaded. Once the server is paused, the push runs to its end (or at least resumes the server), whatever is left of
-the step's time budget. Any other process waits until the server claims it. Failures are of two kinds:
+loaded. Once ``/pause`` is sent, the push runs to its end, whatever is left of the step's time budget, and the
+server is resumed whatever ends it (an error, a refusal, sockets cut by a stopping run, Ctrl-C). Any other process
+waits until the server claims it. Failures are of two kinds:
 
 - the server cannot be reached (refused connection, timeout): an infrastructure fault; the call generates nothing and
   its groups are retried or dropped like any other missing slots;
@@ -296,28 +297,33 @@ class ServerWeightSync:
         return False
 
     def _push_once(self, version: str) -> str | None:
-        """One push of ``version``; returns why the server refused it, or None. Raises `TRANSIENT_ERRORS`."""
+        """One push of ``version``; returns why the server refused it, or None. Raises `TRANSIENT_ERRORS`.
+
+        Once ``POST /pause`` is sent, the server is resumed whatever ends the push: a refusal, an error, the step's
+        time budget running out while an answer is awaited, sockets cut by a stopping run, Ctrl-C. A server left
+        paused would hold every client's requests.
+        """
         path = str(self.directory.path(version))
-        pause = self._exchange("POST", "/pause?mode=keep", None, self.request_timeout)
-        if pause.status == 404:
-            self._stop(f"the vLLM server at {self.base_url} has no POST /pause: {_SERVER_HINT}")
-        if pause.status != 200:
-            return f"POST /pause answered HTTP {pause.status}: {pause.text(300)}"
         payload = {"method": RELOAD_METHOD, "kwargs": {"weights_path": path}}
-        # Once the server is paused, the push runs to its end (or to the server resumed), whatever is left of the
-        # step's time budget: a server left paused would hold every client's requests.
+        resume: Answer | None = None
         try:
+            pause = self._exchange("POST", "/pause?mode=keep", None, self.request_timeout)
+            if pause.status == 404:
+                self._stop(f"the vLLM server at {self.base_url} has no POST /pause: {_SERVER_HINT}")
+            if pause.status != 200:
+                return f"POST /pause answered HTTP {pause.status}: {pause.text(300)}"
+            # Paused: the push runs to its end, whatever is left of the step's time budget.
             reload = self._exchange("POST", "/collective_rpc", payload, self.request_timeout, within_step=False)
             refusal = self._reload_problem(reload)
             if refusal is None:
                 reset = self._exchange("POST", "/reset_prefix_cache", None, self.request_timeout, within_step=False)
                 if reset.status != 200:
                     refusal = f"POST /reset_prefix_cache answered HTTP {reset.status}: {reset.text(300)}"
-        except (*TRANSIENT_ERRORS, WeightsRefused):
-            with suppress(*TRANSIENT_ERRORS):  # leave the server generating if it still answers
-                self._resume()
-            raise
-        resume = self._resume()
+            resume = self._resume()
+        finally:
+            if resume is None:
+                with suppress(*TRANSIENT_ERRORS):  # leave the server generating if it still answers
+                    self._resume()
         if refusal is not None:
             return refusal
         if resume.status != 200:

@@ -4,8 +4,11 @@
 most `SHARD_BYTES` each, inside a hidden ``.incomplete-weights-<version>`` directory that is renamed into place once
 every shard is on disk, so a server never sees a half-written version (a rename is atomic on one file system, local or
 shared).
-Older versions are removed afterwards (only entries named like versions: the directory may hold other files): the
-latest complete one is all a restarted server needs.
+A version is named ``<count>-<run>``. Older versions of the same run are removed afterwards: the latest complete one
+is all a restarted server needs. Versions of other runs are left alone: two runs pointed at one directory (by
+mistake, or a shared mount) never delete what the other's server still has to load. A run's versions are left
+behind when it ends (its server may reload the last one after a restart); a directory shared by many runs is cleaned
+by hand.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ _INCOMPLETE_PREFIX = f".incomplete-{_VERSION_PREFIX}"
 
 
 class WeightDirectory:
-    """The versions under ``root`` (created when missing). Version names must be valid directory names."""
+    """The versions under ``root`` (created when missing). Version names, ``<count>-<run>``, must be valid directory
+    names."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).absolute()
@@ -33,15 +37,16 @@ class WeightDirectory:
         return self.root / f"{_VERSION_PREFIX}{version}"
 
     def write(self, version: str, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Path:
-        """Write ``named_tensors`` (checkpoint names, each once) as ``version``; remove every other version.
+        """Write ``named_tensors`` (checkpoint names, each once) as ``version``; remove the other versions of its run.
 
         Tensors are copied to the CPU one at a time (a ZeRO-3 or FSDP walk frees each gathered tensor as it moves on).
         Returns the version's directory. Raises ValueError when no tensor was given, and what writing raised (a full
         disk: OSError) with nothing of this version left behind; the versions already there stay.
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        for entry in self.root.iterdir():  # what an interrupted write left
-            if entry.name.startswith(_INCOMPLETE_PREFIX):
+        run = _run_of(version)
+        for entry in self.root.iterdir():  # what an interrupted write of this run left
+            if entry.name.startswith(_INCOMPLETE_PREFIX) and _run_of(entry.name[len(_INCOMPLETE_PREFIX) :]) == run:
                 shutil.rmtree(entry, ignore_errors=True)
         staging = self.root / f"{_INCOMPLETE_PREFIX}{version}"
         staging.mkdir()
@@ -53,7 +58,7 @@ class WeightDirectory:
         target = self.path(version)
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
-        self._remove_all_but(target)
+        self._remove_older(target, run)
         return target
 
     def _write_shards(self, staging: Path, version: str, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -76,7 +81,13 @@ class WeightDirectory:
             shards += 1
             save_file(shard, str(staging / f"model-{shards:05d}.safetensors"))
 
-    def _remove_all_but(self, current: Path) -> None:
+    def _remove_older(self, current: Path, run: str) -> None:
         for entry in self.root.iterdir():
-            if entry != current and entry.name.startswith((_VERSION_PREFIX, _INCOMPLETE_PREFIX)):
-                shutil.rmtree(entry, ignore_errors=True)
+            for prefix in (_VERSION_PREFIX, _INCOMPLETE_PREFIX):
+                if entry != current and entry.name.startswith(prefix) and _run_of(entry.name[len(prefix) :]) == run:
+                    shutil.rmtree(entry, ignore_errors=True)
+
+
+def _run_of(version: str) -> str:
+    """The run a version name ``<count>-<run>`` belongs to (the whole name when it has no count)."""
+    return version.partition("-")[2] or version

@@ -1,5 +1,6 @@
 """`WeightDirectory` and `ServerWeightSync.write` on a real file system: versions appear whole or not at all, older
-ones go, and a write that fails leaves nothing of its version and stops with one line after the whole walk."""
+ones of the same run go (another run's stay), and a write that fails leaves nothing of its version and stops with
+one line after the whole walk."""
 
 from __future__ import annotations
 
@@ -57,9 +58,22 @@ def test_a_write_that_fails_midway_leaves_nothing_of_its_version(tmp_path: Path)
 
 
 def test_what_an_interrupted_write_left_is_removed_by_the_next_one(tmp_path: Path):
-    (tmp_path / ".incomplete-weights-7-other").mkdir()
-    WeightDirectory(tmp_path).write("1-run", TENSORS.items())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["weights-1-run"]
+    (tmp_path / ".incomplete-weights-7-run").mkdir()
+    WeightDirectory(tmp_path).write("8-run", TENSORS.items())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["weights-8-run"]
+
+
+def test_runs_sharing_a_directory_remove_only_their_own_versions(tmp_path: Path):
+    directory = WeightDirectory(tmp_path)
+    directory.write("1-runa", TENSORS.items())
+    (tmp_path / ".incomplete-weights-2-runc").mkdir()  # run c writing its next version right now
+    directory.write("1-runb", TENSORS.items())
+    directory.write("2-runa", TENSORS.items())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".incomplete-weights-2-runc",
+        "weights-1-runb",
+        "weights-2-runa",
+    ]
 
 
 def test_no_tensors_is_refused(tmp_path: Path):

@@ -1,0 +1,78 @@
+"""A weight push ended at any point after ``POST /pause`` leaves the real server generating, not paused.
+
+Against the session's server (`shared_server`): `ServerWeightSync` pushes a version and the push is ended once the
+server has answered one of its requests (the server did what it asked: paused, reloaded, emptied its prefix cache),
+the way a run ends it: Ctrl-C in a synchronous run (`KeyboardInterrupt`), a stopping run cutting its sockets
+(`AsyncGeneration.close`: the exchange breaks off), or the step's time budget running out while the answer is awaited
+(`requests.Timeout`). A response hook on the push's HTTP session raises the ending when that answer arrives, so each
+cell ends at a chosen request on a real server. Whatever ended it, the server must not be left paused: a paused
+server holds every client's requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import requests
+import torch
+from transformers import AutoModelForCausalLM
+
+from maxent_grpo.training.generation.backends.http_deadline import DeadlineAdapter
+from maxent_grpo.training.generation.backends.server_weight_sync import ServerWeightSync, parameters
+from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
+from tests.support.server_logprobs import server_logprobs
+
+STAGES = ("/pause", "/collective_rpc", "/reset_prefix_cache")
+ENDINGS: dict[str, Callable[[], BaseException]] = {
+    "ctrl-c": KeyboardInterrupt,
+    "sockets-cut": lambda: requests.ConnectionError("the run stopped: its exchanges were cut off"),
+    "step-deadline": lambda: requests.Timeout("the generation step's time budget ran out"),
+}
+
+
+class EndOnceAnswered:
+    """A response hook: raises ``ending()`` when the first answer to a request for ``stage`` arrives."""
+
+    def __init__(self, stage: str, ending: Callable[[], BaseException]) -> None:
+        self.stage, self.ending, self.fired = stage, ending, False
+
+    def __call__(self, response: requests.Response, *args: object, **kwargs: object) -> None:
+        if not self.fired and response.request.path_url.startswith(self.stage):
+            self.fired = True
+            raise self.ending()
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_push_ended_after_the_pause_leaves_the_server_generating(
+    stage: str, ending: str, shared_server, vllm_model_dir: Path, tmp_path: Path
+):
+    model = AutoModelForCausalLM.from_pretrained(vllm_model_dir, dtype=torch.float32)
+    session = requests.Session()
+    session.mount("http://", DeadlineAdapter())
+    end = EndOnceAnswered(stage, ENDINGS[ending])
+    session.hooks["response"].append(end)
+    sync = ServerWeightSync(
+        shared_server.base_url,
+        session,
+        WeightDirectory(tmp_path / "weights"),
+        source=parameters,
+        request_timeout=30.0,
+        max_attempts=1,
+        backoff=lambda attempt: None,
+        time_left=lambda: float("inf"),
+        count=lambda stat: None,
+    )
+    sync.write(model)
+    if ending == "ctrl-c":
+        with pytest.raises(KeyboardInterrupt):
+            sync.ensure()
+    else:
+        assert sync.ensure() is False  # an infrastructure failure: this call generates nothing
+    assert end.fired
+
+    paused = requests.get(f"{shared_server.base_url}/is_paused", timeout=10).json()["is_paused"]
+    assert paused is False, f"the server was left paused after a push ended at {stage} by {ending}"
+    assert len(server_logprobs(shared_server.base_url, [5, 6, 7])) == 2  # and it answers a request at once
