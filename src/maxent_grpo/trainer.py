@@ -497,9 +497,12 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------------------------------- checkpoints
     def _save_checkpoint(self, model, trial) -> None:
-        """Also write the controller state file first; a checkpoint this call could not complete is removed."""
+        """Also write the controller state file first; a checkpoint this call could not complete is removed (and an
+        earlier one it was replacing put back: `extra_state.saving_checkpoint`)."""
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        with extra_state.removing_partial_checkpoint(folder, writes=self.args.should_save):
+        with extra_state.saving_checkpoint(
+            folder, writes=self.args.should_save, barrier=self.accelerator.wait_for_everyone
+        ):
             state = {} if self.listwise is None else self.listwise.state_dict(self.beta)
             if self.dynamic_sampler is not None:
                 state[DynamicSampler.checkpoint_key] = self.dynamic_sampler.state_dict()

@@ -98,6 +98,32 @@ def test_a_failed_checkpoint_write_is_one_line_and_leaves_no_partial_checkpoint(
     assert not (output_dir / "checkpoint-2").exists()
 
 
+def test_a_failed_save_over_an_earlier_checkpoint_puts_the_earlier_one_back(tmp_path):
+    output_dir = tmp_path / "run"
+    command = [*TRAIN, "--max_steps", "4", "--output_dir", str(output_dir), "--save_strategy", "steps"]
+    command += ["--save_steps", "2"]
+    first = run_cli(command, offline_env(tmp_path), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    earlier = output_dir / "checkpoint-4"
+    files = {path.relative_to(earlier): path.read_bytes() for path in earlier.rglob("*") if path.is_file()}
+
+    # Resumed from checkpoint-2 with another seed (other weights), it saves checkpoint-4 again: the weights fit
+    # under the limit, the optimizer state does not.
+    resumed = [*command, "--resume_from_checkpoint", str(output_dir / "checkpoint-2"), "--seed", "7"]
+    second = run_cli(resumed, offline_env(tmp_path), cwd=tmp_path, preexec_fn=_limit_file_size(64 * 1024))
+    assert second.returncode == 2, second.stderr[-3000:]
+    after = {path.relative_to(earlier): path.read_bytes() for path in earlier.rglob("*") if path.is_file()}
+    assert after.keys() == files.keys()
+    assert [name for name in files if after[name] != files[name]] == []  # run 1's checkpoint, nothing of run 2's
+    last = second.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"maxent-grpo train: error: cannot save checkpoint {earlier}"), last
+    assert "the partial folder was removed, the earlier checkpoint put back" in last
+    assert sorted(path.name for path in output_dir.iterdir() if "checkpoint" in path.name) == [
+        "checkpoint-2",
+        "checkpoint-4",
+    ]
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only folder")
 def test_read_only_output_dir_is_refused_before_training(tmp_path):
     output_dir = tmp_path / "read-only"

@@ -3,8 +3,9 @@
 - The controller state file (`CONTROLLER_STATE_FILE`): the listwise controllers' state at its top level, the dynamic
   sampler's under its own key. It is written before the Trainer's files, so a checkpoint with `trainer_state.json`
   (written last, after which the Trainer deletes checkpoints beyond `save_total_limit`) always has it.
-- `removing_partial_checkpoint`: a checkpoint folder the save created and could not complete is removed, so that a
-  partial checkpoint never looks like one to resume from; a complete one is kept.
+- `saving_checkpoint`: a checkpoint folder the save could not complete is removed, so that a partial checkpoint never
+  looks like one to resume from, and a checkpoint saved again (a resumed run reaching a step an earlier run saved)
+  replaces the earlier one whole or not at all; a complete one is kept.
 - `missing_keys_after_load`: the keys a loaded checkpoint really lacks, less the tied weights it rightly leaves out.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -42,28 +43,45 @@ def read_extra_state(checkpoint: str | None) -> dict[str, Any] | None:
 
 
 @contextmanager
-def removing_partial_checkpoint(folder: str, *, writes: bool) -> Iterator[None]:
-    """Remove ``folder`` if the save inside this block fails before the checkpoint is complete.
+def saving_checkpoint(folder: str, *, writes: bool, barrier: Callable[[], None]) -> Iterator[None]:
+    """Save a checkpoint into ``folder`` inside this block, so that a failed save leaves no false checkpoint.
 
-    Only a folder this block created is removed, and only by the process that writes (``writes``,
-    `TrainingArguments.should_save`). A write failure (full disk, quota) is raised as one `SaveError` naming the
-    checkpoint; anything else, KeyboardInterrupt included, is re-raised as it was once the partial folder is gone.
+    A ``folder`` that already exists (a run resumed from an earlier checkpoint saving a step that the earlier run
+    saved too) is first moved aside, to ``_replaced-<name>`` beside it (a name nothing resumes from, rotates or
+    uploads to the Hub), so the save never writes new files beside old ones. If the save fails before the checkpoint
+    is complete (`trainer_state.json`, written last), the partial folder is removed and the earlier checkpoint put
+    back as it was; once it succeeds, the earlier one is deleted. Only the process that writes (``writes``,
+    `TrainingArguments.should_save`) moves and removes folders; ``barrier`` (every process calls this together) keeps
+    the others from writing into ``folder`` before it is moved aside.
+
+    A write failure (full disk, quota) is raised as one `SaveError` naming the checkpoint; anything else,
+    KeyboardInterrupt included, is re-raised as it was once the partial folder is gone.
     """
-    existed = os.path.exists(folder)
+    aside = os.path.join(os.path.dirname(folder), f"_replaced-{os.path.basename(folder)}")
+    replaces = writes and os.path.isdir(folder)
+    if replaces:
+        shutil.rmtree(aside, ignore_errors=True)  # what a save killed mid-way left
+        os.replace(folder, aside)
+    barrier()
     try:
         yield
     except BaseException as error:
-        complete = os.path.exists(os.path.join(folder, TRAINER_STATE_NAME))
-        remove = not existed and not complete and writes
+        remove = writes and not os.path.exists(os.path.join(folder, TRAINER_STATE_NAME))
         failure = None
         if isinstance(error, WRITE_ERRORS) and not isinstance(error, SaveError):  # free space measured first
-            what = f"checkpoint {folder}" + (" (the partial folder was removed)" if remove else "")
-            failure = save_error(what, folder, error)
+            undone = " (the partial folder was removed" + (", the earlier checkpoint put back)" if replaces else ")")
+            failure = save_error(f"checkpoint {folder}" + (undone if remove else ""), folder, error)
         if remove:
             shutil.rmtree(folder, ignore_errors=True)
+            if replaces:
+                os.replace(aside, folder)
+        elif replaces:  # the new checkpoint is complete: it stands
+            shutil.rmtree(aside, ignore_errors=True)
         if failure is not None:
             raise failure from error
         raise
+    if replaces:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def missing_keys_after_load(model: torch.nn.Module, missing_keys: Sequence[str]) -> list[str]:
