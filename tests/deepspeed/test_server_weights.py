@@ -55,7 +55,7 @@ def test_the_server_serves_the_trained_weights_after_every_push_under_zero(
         for rank in (rank0, rank1):
             assert len(rank["to_current"]) >= 3 and max(rank["to_current"]) < 1e-3
             assert min(rank["to_initial"][1:]) > 1e-2  # the model moved, and the server with it
-        written = zero_launch.folder / "server_weights" / name / "vllm-weights" / f"weights-{rank0['version']}"
+        written = zero_launch.folder / "server_weights" / name / "_vllm-weights" / f"weights-{rank0['version']}"
         names = {key for shard in written.glob("*.safetensors") for key in safe_open(str(shard), "pt").keys()}  # noqa: SIM118
         assert "model.embed_tokens.weight" in names
         assert not any(part in key for key in names for part in ("lora", "base_layer", "base_model"))

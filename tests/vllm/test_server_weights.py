@@ -29,10 +29,9 @@ def server_mode_trainer(model_dir, url, output_dir, peft_config=None, **override
         use_vllm=True,
         vllm_mode="server",
         vllm_server_base_url=url,
-        vllm_weights_dir=str(Path(output_dir) / "weights"),
         per_device_train_batch_size=8,
         bf16=False,  # training computes in float32, as the server does
-        **overrides,
+        **{"vllm_weights_dir": str(Path(output_dir) / "weights"), **overrides},
     )
     return MaxEntGRPOTrainer(
         model=model,
@@ -124,3 +123,36 @@ def test_a_server_that_keeps_refusing_the_weights_stops_training_with_one_line(
 def test_two_processes_share_one_server_only_process_0_pushes_and_both_agree_on_the_version(two_process_server_runs):
     rank0, rank1 = two_process_server_runs["ddp"]
     assert_one_pusher_on_policy(rank0, rank1)
+
+
+class UploadRecorder:
+    """Stands in for the Hub client that `Trainer.push_to_hub` calls (no network here): records the upload."""
+
+    def __init__(self) -> None:
+        self.uploads: list[dict] = []
+
+    def upload_folder(self, **kwargs):
+        self.uploads.append(kwargs)
+
+
+def test_a_hub_push_of_the_output_dir_leaves_the_default_weights_directory_out(
+    server_url, vllm_model_dir, tmp_path, monkeypatch
+):
+    from huggingface_hub.utils import filter_repo_objects
+
+    output_dir = tmp_path / "run"
+    trainer = server_mode_trainer(vllm_model_dir, server_url, output_dir, max_steps=1, vllm_weights_dir=None)
+    trainer.train()
+    written = sorted(path.relative_to(output_dir) for path in output_dir.rglob("*.safetensors"))
+    assert any(path.parts[0] == "_vllm-weights" for path in written), written  # the disk transport wrote there
+
+    recorder = UploadRecorder()
+    monkeypatch.setattr("transformers.trainer.hf_api", lambda: recorder)
+    trainer.hub_model_id = "someone/tiny-run"  # a repository that exists (creating one needs the network)
+    trainer.push_to_hub()
+    [upload] = recorder.uploads
+    assert upload["folder_path"] == str(output_dir)
+    files = [str(path.relative_to(output_dir)) for path in output_dir.rglob("*") if path.is_file()]
+    uploaded = list(filter_repo_objects(files, ignore_patterns=upload["ignore_patterns"]))
+    assert "model.safetensors" in uploaded
+    assert not [name for name in uploaded if "weights-" in name], uploaded

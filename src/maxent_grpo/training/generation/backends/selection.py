@@ -49,9 +49,16 @@ def weight_transfer_name(args: Any) -> str:
     return "nccl" if torch.cuda.is_available() and not args.use_cpu else "disk"
 
 
+#: The disk transport's folder inside ``output_dir`` when ``vllm_weights_dir`` is None. Its leading underscore keeps
+#: it out of every Hub upload the Trainer makes (`push_to_hub`, and the pushes of ``hub_strategy``: they ignore
+#: ``_*`` and ``checkpoint-*``), which would otherwise send an outdated copy of the model, mid-rewrite.
+DEFAULT_WEIGHTS_FOLDER = "_vllm-weights"
+
+
 def weights_directory(args: Any) -> Path:
-    """Where the disk transport writes the weights: ``vllm_weights_dir``, by default ``<output_dir>/vllm-weights``."""
-    return Path(args.vllm_weights_dir or Path(args.output_dir) / "vllm-weights")
+    """Where the disk transport writes the weights: ``vllm_weights_dir``, by default ``<output_dir>/_vllm-weights``
+    (`DEFAULT_WEIGHTS_FOLDER`)."""
+    return Path(args.vllm_weights_dir or Path(args.output_dir) / DEFAULT_WEIGHTS_FOLDER)
 
 
 def _vllm_server(trainer: Any) -> GenerationBackend:
