@@ -1,13 +1,15 @@
 """`maxent-grpo vllm-serve` for real, on 127.0.0.1: it starts a vLLM server with the flags the disk transport needs,
-prints the URL once the server is ready, a trainer given that URL pushes every version into it, and Ctrl-C or SIGTERM
-to the command alone ends the command and its server (every process of the server's process group, its engine
-included); a server that cannot start ends it with one line.
+prints the URL once the server is ready, a trainer given that URL pushes every version into it, and however the
+command ends, its server never outlives it (every process of the server's process group, its engine included); a
+server that cannot start ends it with one line.
 
-Ctrl-C comes once the server is ready and has been trained against. SIGTERM comes while the server is still starting
-(its engine process runs, it is not ready yet): the command turns SIGTERM into the same interruption as Ctrl-C
-(its handler is installed before it waits for the server), so what differs is the signal's handling, and a server
-cut off mid-start-up must go with the command too; the ready line and the flags before it are the same for both and
-are checked on the Ctrl-C run, which saves starting a second server up to ready.
+Ctrl-C comes once the server is ready and has been trained against. SIGTERM (a job scheduler, ``kill``), SIGHUP (the
+terminal or ssh session closed) and SIGKILL (nothing the command can handle: the kernel's parent-death signal ends
+the server) come while the server is still starting (its engine process runs, it is not ready yet), three commands
+at once: the command turns SIGTERM and SIGHUP into the same interruption as Ctrl-C (its handlers are installed
+before it starts the server), so what differs is the signal's handling, and a server cut off mid-start-up must go
+with the command too; the ready line and the flags before it are the same for all and are checked on the Ctrl-C
+run, which saves starting more servers up to ready.
 """
 
 from __future__ import annotations
@@ -105,45 +107,71 @@ class Command:
             self.process.wait()
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_vllm_serve_prints_the_url_a_trainer_trains_against_and_a_signal_ends_it_and_its_server(
-    stop: signal.Signals, vllm_model_dir: Path, tmp_path: Path
+def group_left(server: int) -> list[int]:
+    """The processes of the server's process group still running."""
+    return [pid for pid, (_, group, state) in processes().items() if group == server and state != "Z"]
+
+
+def test_vllm_serve_prints_the_url_a_trainer_trains_against_and_ctrl_c_ends_it_and_its_server(
+    vllm_model_dir: Path, tmp_path: Path
 ):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = Command(str(vllm_model_dir), "--port", str(port), *VLLM_ARGS)
     try:
         server = command.server_pid()
-        if stop == signal.SIGTERM:  # while the server starts: once its engine process runs, before it is ready
-            deadline = time.monotonic() + 300
-            while not [pid for pid, (parent, _, _) in processes().items() if parent == server]:
-                assert command.process.poll() is None and time.monotonic() < deadline, "no engine process started"
-                time.sleep(0.2)
-            with pytest.raises(requests.ConnectionError):  # not listening yet
-                requests.get(f"{url}/health", timeout=5)
-        else:
-            ready = command.wait_for("vLLM server ready at", timeout=300)
-            print(ready)
-            assert ready.startswith(f"vLLM server ready at {url}: ")
-            assert f"vllm_server_base_url={url}" in ready and "vllm_weight_transfer='disk'" in ready
-            launched = command.lines[0]  # the server's command line, printed first
-            assert "--worker-extension-cls" in launched and "--logprobs-mode processed_logprobs" in launched
+        ready = command.wait_for("vLLM server ready at", timeout=300)
+        print(ready)
+        assert ready.startswith(f"vLLM server ready at {url}: ")
+        assert f"vllm_server_base_url={url}" in ready and "vllm_weight_transfer='disk'" in ready
+        launched = command.lines[0]  # the server's command line, printed first
+        assert "--worker-extension-cls" in launched and "--logprobs-mode processed_logprobs" in launched
 
-            trainer = server_mode_trainer(vllm_model_dir, url, tmp_path, max_steps=2)
-            trainer.train()
-            backend = trainer.generation_backend
-            assert backend.stats["weight_pushes"] == 2  # the server took both versions
-            assert requests.get(f"{url}/weight_info", timeout=10).json()["weight_version"] == backend.weight_version
+        trainer = server_mode_trainer(vllm_model_dir, url, tmp_path, max_steps=2)
+        trainer.train()
+        backend = trainer.generation_backend
+        assert backend.stats["weight_pushes"] == 2  # the server took both versions
+        assert requests.get(f"{url}/weight_info", timeout=10).json()["weight_version"] == backend.weight_version
 
-        assert command.signal(stop) == 130
+        assert command.signal(signal.SIGINT) == 130
         output = "\n".join(command.rest())  # the server writes to the same pipe: its lines may cut into the command's
         assert "maxent-grpo vllm-serve: interrupted" in output, output[-3000:]
         with pytest.raises(requests.ConnectionError):  # the server went with it
             requests.get(f"{url}/health", timeout=5)
-        left = [pid for pid, (_, group, state) in processes().items() if group == server and state != "Z"]
-        assert not left, f"processes of the server's group still running: {left}"  # its engine went too
+        assert not group_left(server), "processes of the server's group still running"  # its engine went too
     finally:
         command.close()
+
+
+ENDINGS = {signal.SIGTERM: 130, signal.SIGHUP: 130, signal.SIGKILL: -signal.SIGKILL}
+
+
+def test_a_signal_while_the_server_starts_ends_the_command_and_its_server(vllm_model_dir: Path):
+    ports = {stop: free_port() for stop in ENDINGS}
+    commands = {stop: Command(str(vllm_model_dir), "--port", str(ports[stop]), *VLLM_ARGS) for stop in ENDINGS}
+    try:
+        servers = {stop: command.server_pid() for stop, command in commands.items()}
+        deadline = time.monotonic() + 300
+        for stop, server in servers.items():  # once its engine process runs
+            while not [pid for pid, (parent, _, _) in processes().items() if parent == server]:
+                assert commands[stop].process.poll() is None and time.monotonic() < deadline, "no engine started"
+                time.sleep(0.2)
+        for port in ports.values():
+            with pytest.raises(requests.ConnectionError):  # not listening yet
+                requests.get(f"http://127.0.0.1:{port}/health", timeout=5)
+        codes = {stop: command.signal(stop) for stop, command in commands.items()}
+        assert codes == ENDINGS
+        for stop in (signal.SIGTERM, signal.SIGHUP):
+            output = "\n".join(commands[stop].rest())
+            assert "maxent-grpo vllm-serve: interrupted" in output, output[-3000:]
+        deadline = time.monotonic() + 60  # SIGKILL: the server shuts down on the parent-death signal
+        while any(group_left(server) for server in servers.values()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = {signal.Signals(stop).name: group_left(server) for stop, server in servers.items()}
+        assert not any(left.values()), f"processes of the servers' groups still running: {left}"
+    finally:
+        for command in commands.values():
+            command.close()
 
 
 def test_vllm_serve_of_a_model_that_cannot_be_loaded_ends_with_one_line(tmp_path: Path):

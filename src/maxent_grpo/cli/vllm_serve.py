@@ -11,12 +11,19 @@ give its command line and environment for a weight transfer (``vllm_weight_trans
 - ``nccl``: ``--weight-transfer-config '{"backend": "nccl"}'`` and ``VLLM_SERVER_DEV_MODE=1`` (TRL's client).
 
 Arguments after the model are passed on to vLLM unchanged (``--dtype``, ``--max-model-len``, ...).
+
+The server never outlives the command: Ctrl-C, SIGTERM (a job scheduler, ``kill``) and SIGHUP (the terminal or ssh
+session closed) end the command and its server's whole process group; if the command itself is killed (SIGKILL, out
+of memory), the server is sent SIGTERM by the kernel (Linux's parent-death signal) and shuts its engine down. A port
+something already listens on is refused before the server starts, so the ready line only ever names this server.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import errno
 import json
 import os
 import signal
@@ -33,6 +40,8 @@ from maxent_grpo.training.generation.backends.server_reload_extension import EXT
 WEIGHT_TRANSFERS = ("disk", "nccl")
 _POLL_SECONDS = 1.0
 _GRACE_SECONDS = 30.0
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # ended like Ctrl-C
 
 
 def serve_command(
@@ -96,6 +105,31 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def port_in_use(host: str, port: int) -> str | None:
+    """Why the server could not listen on ``host:port`` (something already does, or the address is not this
+    machine's), or None when it can: a bind with the options a server sets (``SO_REUSEADDR``, as uvicorn does)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return f"port {port} on {host} is already in use (another server?)"
+            return f"cannot listen on {host}:{port}: {error.strerror}"
+    return None
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the server's process, before it runs: the kernel sends it SIGTERM when this command dies, however it dies
+    (Linux; elsewhere only the handled signals end it)."""
+    os.setsid()  # a process group of its own, ended as a whole by `_stop`
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the command died before the signal was armed
+            os._exit(1)
+
+
 def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str | None]:
     """Start the server, report when it is ready, and wait for it; return its exit code and, if it never became
     ready, why."""
@@ -108,13 +142,19 @@ def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str
     )
     every_address = options.host in ("0.0.0.0", "::")
     base_url = f"http://{'127.0.0.1' if every_address else options.host}:{options.port}"
+    busy = port_in_use(options.host, options.port)
+    if busy is not None:
+        return 1, busy
     print(" ".join(command), flush=True)
-    # The server and its engine process in a process group of their own, ended together by `_stop`; SIGTERM (a job
-    # scheduler, `kill`) ends this command the way Ctrl-C does, so the server goes with it.
+    # The server and its engine process in a process group of their own, ended together by `_stop`; SIGTERM and
+    # SIGHUP end this command the way Ctrl-C does, so the server goes with it (see the module docstring).
+    previous = {number: signal.signal(number, _interrupt) for number in _ENDING_SIGNALS}
+    parent = os.getpid()
     process = subprocess.Popen(
-        command, env=serve_environment(os.environ, options.weight_transfer), start_new_session=True
+        command,
+        env=serve_environment(os.environ, options.weight_transfer),
+        preexec_fn=lambda: _die_with_parent(parent),
     )
-    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         problem = wait_until_ready(process, base_url, options.ready_timeout)
         if problem is not None:
@@ -128,7 +168,8 @@ def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str
         code = process.wait()
         return code, None if code == 0 else f"the vLLM server at {base_url} exited with code {code}"
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
         _stop(process)
 
 
