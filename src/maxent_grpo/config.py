@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 from dataclasses import MISSING, dataclass, field, fields
@@ -10,15 +11,16 @@ from typing import TYPE_CHECKING, Any, Literal
 from trl import GRPOConfig
 from trl.trainer.utils import get_config_model_id
 
+from maxent_grpo.enum_fields import check_choices
 from maxent_grpo.field_ranges import check_field_ranges
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-OBJECTIVES = ("grpo", "listwise")
-MODE_PROBABILITIES = ("count", "policy")
-VLLM_DTYPES = ("training", "auto", "float32", "bfloat16", "float16")
-WEIGHT_TRANSFERS = ("auto", "nccl", "disk")
+logger = logging.getLogger(__name__)
+
+#: The fields from which TRL derives the generation batch size when neither is set.
+GENERATION_BATCH_FIELDS = ("generation_batch_size", "steps_per_generation")
 
 
 def _fail(name: str, value: Any, allowed: str) -> None:
@@ -32,8 +34,16 @@ class MaxEntGRPOConfig(GRPOConfig):
     Every field of TRL's `GRPOConfig` keeps its meaning (`beta` is the KL coefficient and, for the listwise objective,
     also the weight of the reference prior in the target). The fields below add robust generation and the MaxEnt
     listwise objective. Invalid values raise `ValueError` naming the field, the value and the allowed range: each
-    numeric field's range (ours and the TRL fields training relies on) is in `maxent_grpo.field_ranges`.
+    numeric field's range (ours and the TRL fields training relies on) is in `maxent_grpo.field_ranges`, each
+    enum-like field's choices (ours, TRL's and transformers') in `maxent_grpo.enum_fields`.
+
+    A field left at its default never conflicts with one the user set: the default gives way, with a log line
+    (``maxent_target_weight_entropy`` drops the default anneal ``maxent_tau_final``, for one). A field counts as set
+    when its value differs from its default; one set explicitly to its default value cannot be told apart.
     """
+
+    #: Which of ``generation_batch_size`` / ``steps_per_generation`` the user set (TRL derives both), or None.
+    _generation_batch_set = None
 
     # Generation robustness
     generation_max_retries: int | None = field(
@@ -96,7 +106,8 @@ class MaxEntGRPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Directory of the disk weight transfer; the vLLM server must read it under the same path (a "
-            "shared file system across machines). Only the latest version is kept. None: `<output_dir>/vllm-weights`."
+            "shared file system across machines). Only the run's latest version is kept. None: "
+            "`<output_dir>/_vllm-weights`, which the Trainer's Hub uploads leave out (they ignore `_*`)."
         },
     )
 
@@ -235,8 +246,8 @@ class MaxEntGRPOConfig(GRPOConfig):
     maxent_target_weight_entropy: float | None = field(
         default=None,
         metadata={
-            "help": "Target mean weight entropy (nats) the tau controller steers toward; it replaces the anneal, so "
-            "set maxent_tau_final=None with it. None: no controller."
+            "help": "Target mean weight entropy (nats) the tau controller steers toward; it replaces the anneal (the "
+            "default maxent_tau_final is then dropped, with a log line). None: no controller."
         },
     )
     maxent_tau_lr: float = field(default=0.05, metadata={"help": "Step size of the log-tau controller (> 0)."})
@@ -259,16 +270,69 @@ class MaxEntGRPOConfig(GRPOConfig):
     def __post_init__(self) -> None:
         # Before TRL's own __post_init__, which divides by some of these values and derives others from them.
         check_field_ranges(self)
-        super().__post_init__()
+        check_choices(self)
+        given = {name: getattr(self, name) for name in GENERATION_BATCH_FIELDS}
+        # Which of the two the user set, if either (TRL derives both); see `generation_batch_terms`.
+        self._generation_batch_set = next((name for name, value in given.items() if value is not None), None)
+        try:
+            super().__post_init__()
+        except ValueError:
+            problem = self._groups_problem(given)
+            if problem is None:
+                raise
+            raise ValueError(problem) from None
         self._validate_relations()
 
     def _validate(self) -> None:
         check_field_ranges(self)
+        check_choices(self)
         self._validate_relations()
 
+    def _is_default(self, name: str) -> bool:
+        """Whether field ``name`` holds its default value, which is how this config tells a field the user left
+        alone: the constructor (and so TRL's parser, which passes every field) cannot tell a value set explicitly to
+        the default from the default. Where such a field conflicts with one the user set, the user's choice wins."""
+        spec = self.__dataclass_fields__[name]
+        default = spec.default if spec.default is not MISSING else spec.default_factory()
+        return getattr(self, name) == default
+
+    def generation_batch_terms(self) -> tuple[str, list[str]]:
+        """How the generation batch size follows from the fields the user set: the product in words with its
+        values (``"per_device_train_batch_size x gradient_accumulation_steps x processes (4 x 2 x 1 = 8)"``), and
+        the fields named in it that can be changed. ``generation_batch_size`` or ``steps_per_generation`` is named
+        only when the user set it (TRL derives both from the other fields)."""
+        if self._generation_batch_set == "generation_batch_size":
+            return f"generation_batch_size ({self.generation_batch_size})", ["generation_batch_size"]
+        steps = "steps_per_generation" if self._generation_batch_set else "gradient_accumulation_steps"
+        words = f"per_device_train_batch_size x {steps} x processes"
+        values = f"{self.per_device_train_batch_size} x {self.steps_per_generation} x {self.world_size}"
+        return f"{words} ({values} = {self.generation_batch_size})", ["per_device_train_batch_size", steps]
+
+    def _groups_problem(self, given: dict[str, int | None]) -> str | None:
+        """TRL's `__post_init__` raised: the message for a generation batch that does not hold whole groups of
+        ``num_generations``, in terms of the fields the user set, or None if TRL raised for something else.
+
+        TRL checks, in order, after deriving ``generation_batch_size`` and ``steps_per_generation`` (both set only
+        once the derivation is done): the eval batch, then this."""
+        if None in (self.generation_batch_size, self.steps_per_generation) or None not in given.values():
+            return None  # TRL stopped before the derivation, or at both fields set
+        if self.do_eval and self.eval_strategy != "no":
+            eval_groups = self.num_generations_eval or self.num_generations
+            if (self.per_device_eval_batch_size * self.world_size) % eval_groups:
+                return None
+        groups = self.num_generations
+        if self.generation_batch_size % groups == 0:
+            return None
+        terms, fields_to_change = self.generation_batch_terms()
+        return (
+            f"{terms} must be divisible by num_generations ({groups}): a generation batch holds whole groups of "
+            f"num_generations completions of one prompt; change {' or '.join(fields_to_change)}, or set "
+            f"num_generations to a divisor of {self.generation_batch_size}"
+        )
+
     def _validate_relations(self) -> None:
-        """The choices of the string fields, and the rules that tie fields together (each field's own range is in
-        `FIELD_RANGES`)."""
+        """The rules that tie fields together (each field's own range is in `FIELD_RANGES`, each enum-like field's
+        choices in `maxent_grpo.enum_fields`)."""
         if self.reward_weights is not None and not all(
             isinstance(weight, numbers.Real) and not isinstance(weight, bool) and math.isfinite(weight)
             for weight in self.reward_weights
@@ -276,21 +340,33 @@ class MaxEntGRPOConfig(GRPOConfig):
             _fail("reward_weights", self.reward_weights, "None or a list of finite numbers")
         if self.entropy_coef_max < self.entropy_coef_min:
             _fail("entropy_coef_max", self.entropy_coef_max, f"a number >= entropy_coef_min ({self.entropy_coef_min})")
-        if self.vllm_dtype not in VLLM_DTYPES:
-            _fail("vllm_dtype", self.vllm_dtype, f"one of {VLLM_DTYPES}")
-        if self.dynamic_sampling_at_cap not in ("train", "error"):
-            _fail("dynamic_sampling_at_cap", self.dynamic_sampling_at_cap, "'train' or 'error'")
-        if self.tool_error_policy not in ("feedback", "retry"):
-            _fail("tool_error_policy", self.tool_error_policy, "'feedback' or 'retry'")
         if not self.dynamic_sampling_metric:
             _fail("dynamic_sampling_metric", self.dynamic_sampling_metric, "'sum' or a reward function name")
         self._validate_maxent_relations()
-        self._validate_weight_transfer_fields()
+        if self.vllm_weights_dir is not None and not str(self.vllm_weights_dir).strip():
+            _fail("vllm_weights_dir", self.vllm_weights_dir, "None or a directory path")
         self._validate_async_generation()
 
+    def _drop_default(self, name: str, value: Any, because: str) -> None:
+        """Replace the default of field ``name`` (which the user did not set) by ``value``, saying so."""
+        logger.info("%s: its default %r is dropped for %r, because %s.", name, getattr(self, name), value, because)
+        setattr(self, name, value)
+
     def _validate_maxent_relations(self) -> None:
-        if self.maxent_objective not in OBJECTIVES:
-            _fail("maxent_objective", self.maxent_objective, f"one of {OBJECTIVES}")
+        controller = self.maxent_target_weight_entropy is not None
+        if self.maxent_tau_final is not None and self._is_default("maxent_tau_final"):
+            # The default anneal gives way to a tau the user chose otherwise.
+            if controller:
+                self._drop_default(
+                    "maxent_tau_final",
+                    None,
+                    f"maxent_target_weight_entropy={self.maxent_target_weight_entropy!r} turns the tau controller "
+                    "on, which sets tau instead of the anneal",
+                )
+            elif not self.maxent_tau > 0:
+                self._drop_default(
+                    "maxent_tau_final", None, f"maxent_tau={self.maxent_tau!r} fixes tau (an anneal starts above 0)"
+                )
         if self.maxent_tau_final is not None:
             if not self.maxent_tau > 0:
                 _fail(
@@ -298,14 +374,12 @@ class MaxEntGRPOConfig(GRPOConfig):
                     self.maxent_tau,
                     "a number > 0 when maxent_tau_final is set (for a fixed tau = 0, set maxent_tau_final=None)",
                 )
-            if self.maxent_target_weight_entropy is not None:
+            if controller:
                 _fail(
                     "maxent_tau_final",
                     self.maxent_tau_final,
                     "None when maxent_target_weight_entropy is set (the tau controller and the anneal both set tau)",
                 )
-        if self.maxent_mode_probability not in MODE_PROBABILITIES:
-            _fail("maxent_mode_probability", self.maxent_mode_probability, f"one of {MODE_PROBABILITIES}")
         if self.maxent_mode_probability == "policy" and self.maxent_mode_key is None:
             _fail(
                 "maxent_mode_probability",
@@ -314,9 +388,21 @@ class MaxEntGRPOConfig(GRPOConfig):
             )
         if self.maxent_tau_max < self.maxent_tau_min:
             _fail("maxent_tau_max", self.maxent_tau_max, f"a number >= maxent_tau_min ({self.maxent_tau_min})")
-        if self.maxent_target_weight_entropy is not None and not (
-            self.maxent_tau > 0 and self.maxent_tau_min <= self.maxent_tau <= self.maxent_tau_max
+        if (
+            controller
+            and self._is_default("maxent_tau")
+            and not self.maxent_tau_min <= self.maxent_tau <= self.maxent_tau_max
         ):
+            # The default initial tau gives way to the clamp the user chose.
+            start = min(max(self.maxent_tau, self.maxent_tau_min), self.maxent_tau_max)
+            if start > 0:
+                self._drop_default(
+                    "maxent_tau",
+                    start,
+                    f"the tau controller keeps tau in [maxent_tau_min, maxent_tau_max] = [{self.maxent_tau_min}, "
+                    f"{self.maxent_tau_max}], so it starts at {start}",
+                )
+        if controller and not (self.maxent_tau > 0 and self.maxent_tau_min <= self.maxent_tau <= self.maxent_tau_max):
             _fail(
                 "maxent_tau",
                 self.maxent_tau,
@@ -333,13 +419,9 @@ class MaxEntGRPOConfig(GRPOConfig):
             except ValueError as error:
                 raise ValueError(f"maxent_mode_key={self.maxent_mode_key!r} is invalid: {error}") from error
 
-    def _validate_weight_transfer_fields(self) -> None:
-        if self.vllm_weight_transfer not in WEIGHT_TRANSFERS:
-            _fail("vllm_weight_transfer", self.vllm_weight_transfer, f"one of {WEIGHT_TRANSFERS}")
-        if self.vllm_weights_dir is not None and not str(self.vllm_weights_dir).strip():
-            _fail("vllm_weights_dir", self.vllm_weights_dir, "None or a directory path")
-
     def _validate_async_generation(self) -> None:
+        """The fields ``async_generation`` needs, judged from the config alone (what also needs the trainer's other
+        arguments or the machine, `training.combination_checks.check_async_generation` refuses)."""
         if not self.async_generation:
             return
         if not (self.use_vllm and self.vllm_mode == "server"):
@@ -387,6 +469,9 @@ def maxent_config_from(args: GRPOConfig | None, model: str | PreTrainedModel) ->
         raise TypeError(f"args must be a MaxEntGRPOConfig, a trl.GRPOConfig or None, got {type(args).__name__}.")
     config = MaxEntGRPOConfig.__new__(MaxEntGRPOConfig)
     config.__dict__.update(vars(args))
+    # Both are derived by now; steps_per_generation counts as set where it differs from what TRL derives alone.
+    derived = args.steps_per_generation == args.gradient_accumulation_steps
+    config._generation_batch_set = None if derived else "steps_per_generation"
     grpo_fields = {spec.name for spec in fields(GRPOConfig)}
     for spec in fields(MaxEntGRPOConfig):
         if spec.name not in grpo_fields:

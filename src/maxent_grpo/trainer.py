@@ -24,14 +24,15 @@ from maxent_grpo.training import metric_restriction
 from maxent_grpo.training.checkpoints import extra_state
 from maxent_grpo.training.checkpoints.resume import latest_complete_checkpoint
 from maxent_grpo.training.combination_checks import check_combinations
-from maxent_grpo.training.dynamic_sampling import DynamicSampler, merge_extra_logs
+from maxent_grpo.training.dynamic_sampling import DynamicSampler, merge_extra_logs, metric_column
 from maxent_grpo.training.empty_batches import EmptyBatchGuard, NoUsableGenerationError
 from maxent_grpo.training.entropy_bonus import scaled_entropy_bonus
 from maxent_grpo.training.generation.async_generation import AsyncGeneration
-from maxent_grpo.training.generation.backends import GenerationBackend, colocate_engine, trl_server_client
+from maxent_grpo.training.generation.backends import capabilities, colocate_engine, trl_server_client
+from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
+from maxent_grpo.training.generation.backends.protocol import GenerationBackend
 from maxent_grpo.training.generation.backends.rollout_function import RolloutFunctionBackend
 from maxent_grpo.training.generation.backends.selection import build_backend, weight_transfer_name
-from maxent_grpo.training.generation.completion_check import CompletionCheck
 from maxent_grpo.training.generation.completion_format import format_completions
 from maxent_grpo.training.generation.episode_metrics import tool_metrics
 from maxent_grpo.training.generation.episode_setup import (
@@ -113,6 +114,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             kwargs["args"] = maxent_config_from(kwargs.get("args"), model)
         config = positional[2] if len(positional) > 2 else kwargs["args"]
         check_combinations(config, generation_backend, kwargs)
+        capabilities.check_backend(generation_backend)
         colocate = config.use_vllm and config.vllm_mode == "colocate"
         with contextlib.ExitStack() as building:
             # TRL builds the reference model (beta != 0) by name only; a model built in-process gets its copy instead.
@@ -128,8 +130,6 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             if config.use_vllm and config.vllm_mode == "server" and weight_transfer_name(config) == "disk":
                 building.enter_context(trl_server_client.client_for_disk_transfer())
             super().__init__(*positional, **kwargs)
-        if generation_backend is not None and not isinstance(generation_backend, GenerationBackend):
-            raise TypeError(f"generation_backend {generation_backend!r} has no generate(prompts, counts) method.")
         check_tied_output_layer(self.model)
         self.generation_backend = generation_backend if generation_backend is not None else build_backend(self)
         if self.rollout_func is not None:
@@ -170,17 +170,13 @@ class MaxEntGRPOTrainer(GRPOTrainer):
 
     def _build_dynamic_sampler(self) -> DynamicSampler:
         metric = self.args.dynamic_sampling_metric
-        if metric != "sum" and metric not in self.reward_func_names:
-            raise ValueError(
-                f"dynamic_sampling_metric={metric!r} is invalid: expected 'sum' or one of the reward functions "
-                f"{self.reward_func_names}."
-            )
+        column = metric_column(metric, self.reward_func_names)
         if self.args.remove_unused_columns:  # the data loader keeps the signature columns only (`_get_dataloader`)
             self._set_signature_columns_if_needed()
         return DynamicSampler(
             self.train_dataset,
             self.reward_weights,
-            metric_column=None if metric == "sum" else self.reward_func_names.index(metric),
+            metric_column=column,
             max_rounds=self.args.dynamic_sampling_max_rounds,
             error_at_cap=self.args.dynamic_sampling_at_cap == "error",
             seed=self.args.seed,
@@ -209,13 +205,12 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     def _sync_backend_weights(self) -> None:
         if self.state.global_step == self._last_loaded_step:
             return
-        sync = getattr(self.generation_backend, "sync_weights", None)
-        if sync is not None:
-            sync(self.accelerator.unwrap_model(self.model))
+        if isinstance(backend := self.generation_backend, capabilities.SupportsWeightSync):
+            backend.sync_weights(self.accelerator.unwrap_model(self.model))
             self.accelerator.wait_for_everyone()
         self._last_loaded_step = self.state.global_step
-        if self.async_generation is not None:
-            self.async_generation.weights_written(self.generation_backend.weight_version, self.state.global_step)
+        if self.async_generation is not None and isinstance(backend, capabilities.SupportsWeightVersion):
+            self.async_generation.weights_written(backend.weight_version, self.state.global_step)
 
     def _generate(self, prompts: list) -> tuple:
         """TRL's `_generate`, its rows from the backend through the generation step (`training.generation.step`)."""
@@ -275,7 +270,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             training=mode == "train",
             kept_any=kept_any,
             num_groups=len(agreement.group_kept),
-            reasons=[*batch.reasons, *getattr(backend, "reasons", ())],  # an episode's failures say why too
+            reasons=step.reasons(batch),  # an episode's failures say why too
         )
         if isinstance(backend, EpisodeBackend):
             # TRL scores each row with its prompt as the episode saw it (the reset observation appended) and hands

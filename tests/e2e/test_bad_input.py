@@ -216,9 +216,33 @@ CASES: list[tuple[str, Argv, str]] = [
     ("unknown-mode-key", lambda t: [*TRAIN, "--maxent_mode_key", "nope"], "maxent_mode_key='nope'"),
     ("invalid-choice", lambda t: [*TRAIN, "--maxent_objective", "best"], "'best'"),
     (
+        "trl-enum-typo",  # TRL itself fails at the first loss, with a traceback
+        lambda t: [*TRAIN, "--loss_type", "dapoo"],
+        "loss_type='dapoo' is invalid: expected one of ('grpo', 'dr_grpo', 'dapo', 'bnpo', 'cispo', 'sapo', 'luspo', "
+        "'vespo'); did you mean 'dapo'?",
+    ),
+    (
+        "trl-enum-typo-in-recipe",
+        lambda t: ["train", "--config", _recipe_with(t, "importance_sampling_level: sequense\n")],
+        "importance_sampling_level='sequense' is invalid: expected one of ('token', 'sequence'); did you mean "
+        "'sequence'?",
+    ),
+    (
+        "vllm-mode-typo",  # TRL itself runs it as colocate
+        lambda t: [*TRAIN, "--vllm_mode", "colocat"],
+        "vllm_mode='colocat' is invalid: expected one of ('server', 'colocate'); did you mean 'colocate'?",
+    ),
+    (
+        "unknown-dynamic-sampling-metric",
+        lambda t: [*TRAIN, "--dynamic_sampling", "true", "--dynamic_sampling_metric", "vowel_start"],
+        "dynamic_sampling_metric='vowel_start' is invalid: expected 'sum' or the name of a reward function, one of "
+        "['vowel_start_reward']; did you mean 'vowel_start_reward'?",
+    ),
+    (
         "num-generations-does-not-divide",
         lambda t: [*TRAIN, "--num_generations", "5"],
-        "must be divisible by num_generations (5)",
+        "per_device_train_batch_size x gradient_accumulation_steps x processes (16 x 1 x 1 = 16) must be divisible by "
+        "num_generations (5)",
     ),
     ("num-generations-0", lambda t: [*TRAIN, "--num_generations", "0"], "num_generations=0 is invalid"),
     ("max-steps-0", lambda t: [*TRAIN, "--max_steps", "0"], "max_steps=0 is invalid: expected -1 or an integer >= 1"),
@@ -526,6 +550,23 @@ def test_vllm_requested_but_not_installed(run_main):
     code, err = run_main([*TRAIN, "--use_vllm", "true", "--vllm_mode", "colocate"])
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "use_vllm=True" in err and "vLLM" in err, err
+
+
+def test_num_generations_that_does_not_divide_names_only_fields_the_user_set(run_main):
+    code, err = run_main([*TRAIN, "--num_generations", "5"])
+    assert code == 2 and "num_generations (5)" in err
+    assert "generation_batch_size" not in err and "steps_per_generation" not in err, err
+    code, err = run_main([*TRAIN, "--num_generations", "5", "--steps_per_generation", "2"])
+    assert code == 2 and "per_device_train_batch_size x steps_per_generation x processes (16 x 2 x 1 = 32)" in err
+    assert "generation_batch_size" not in err, err
+
+
+def test_the_tau_controller_is_not_refused_for_the_default_anneal(tmp_path, run_main):
+    # The config takes it (the default maxent_tau_final gives way); the run then stops at the next check, the output
+    # folder, before loading anything.
+    code, err = run_main([*TRAIN, "--maxent_target_weight_entropy", "1.0", "--output_dir", _write(tmp_path / "f", "")])
+    assert code == 2
+    assert "is a file" in err and "maxent_tau_final" not in err, err
 
 
 # ------------------------------------------------------------------------------------------ as fresh processes

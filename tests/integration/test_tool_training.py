@@ -7,6 +7,7 @@ tool calls, with standalone sync and async tools, and with several named environ
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -121,6 +122,33 @@ def test_raising_reset_is_a_failed_episode(tmp_path):
     for _, _, tool_mask, _, *_ in trainer.generated:
         dropped = [not any(mask) for mask in tool_mask]
         assert sum(dropped) == 4  # two groups of two rows, all-zero masks (keep and tool masks combined)
+
+
+class AsyncResetGame(FlakyGuessGame):
+    """The game with an ``async def reset`` (an environment that awaits a remote service), and no other async code:
+    no async tool or reward function for which TRL would start its event loop."""
+
+    async def reset(self, secret: int, **kwargs) -> str:
+        await asyncio.sleep(0)
+        return FlakyGuessGame.reset(self, secret, **kwargs)
+
+
+def test_an_async_reset_runs_on_an_event_loop_without_any_async_tool_or_reward(tmp_path):
+    tokenizer = game_tokenizer()
+    model = build_tiny_model(tokenizer, max_position_embeddings=1024)
+    args = tiny_config(tmp_path, per_device_train_batch_size=8, num_generations=2, max_completion_length=128)
+    trainer = RecordingTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=[aligned_game_reward],
+        args=args,
+        train_dataset=game_dataset(),
+        environment_factory=AsyncResetGame,
+        generation_backend=ScriptedGuesser(tokenizer, script=(3,)),
+    )
+    trainer.train()
+    assert _logged(trainer, "generation/dropped_prompts") == [0.0, 0.0]
+    assert _logged(trainer, "tools/failed_episodes") == [0.0, 0.0]  # every reset ran and returned its observation
 
 
 def _multiply(a: int, b: int) -> int:

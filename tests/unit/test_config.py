@@ -3,12 +3,16 @@ GRPOConfig (or None) becomes a MaxEntGRPOConfig with the same values, as TRL's G
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from transformers import TrainingArguments
+from transformers.trainer_utils import IntervalStrategy
 from trl import GRPOConfig
 
 from maxent_grpo import MaxEntGRPOConfig
 from maxent_grpo.config import maxent_config_from
+from maxent_grpo.enum_fields import field_choices
 from maxent_grpo.field_ranges import FIELD_RANGES
 
 BASE = {"output_dir": "unused", "use_cpu": True, "report_to": "none", "per_device_train_batch_size": 4,
@@ -37,9 +41,9 @@ BASE = {"output_dir": "unused", "use_cpu": True, "report_to": "none", "per_devic
         ("kl_horizon", 0, "kl_horizon=0 is invalid"),
         ("kl_ctl_step_size", 1.5, "a number in (0, 1]"),
         ("dynamic_sampling_max_rounds", 0, "dynamic_sampling_max_rounds=0 is invalid"),
-        ("dynamic_sampling_at_cap", "ignore", "'train' or 'error'"),
+        ("dynamic_sampling_at_cap", "ignore", "one of ('train', 'error')"),
         ("tool_timeout", 0.0, "tool_timeout=0.0 is invalid: expected None or a finite number"),
-        ("tool_error_policy", "ignore", "'feedback' or 'retry'"),
+        ("tool_error_policy", "ignore", "one of ('feedback', 'retry')"),
         ("beta", -0.5, "beta=-0.5 is invalid: expected a finite number >= 0"),
         ("learning_rate", -0.01, "learning_rate=-0.01 is invalid"),
         ("learning_rate", float("nan"), "learning_rate=nan is invalid"),
@@ -152,8 +156,6 @@ def test_cross_field_rules():
         MaxEntGRPOConfig(**BASE, maxent_tau=0.0, maxent_tau_final=0.1)
     with pytest.raises(ValueError, match=r"maxent_tau_final=0.1 is invalid.*maxent_target_weight_entropy"):
         MaxEntGRPOConfig(**BASE, maxent_tau_final=0.1, maxent_target_weight_entropy=1.0)
-    with pytest.raises(ValueError, match=r"maxent_tau_final=0.003 is invalid.*maxent_target_weight_entropy"):
-        MaxEntGRPOConfig(**BASE, maxent_target_weight_entropy=1.0)  # the default anneal: the controller needs None
     with pytest.raises(ValueError, match=r"maxent_mode_probability='policy' is invalid: expected 'count' when maxent"):
         MaxEntGRPOConfig(**BASE, maxent_mode_probability="policy")
 
@@ -230,3 +232,123 @@ def test_async_generation_is_off_by_default_and_accepted_in_server_mode_with_the
     assert MaxEntGRPOConfig(**BASE).async_generation is False
     config = MaxEntGRPOConfig(**SERVER, async_generation=True, vllm_weight_transfer="disk", max_staleness=2)
     assert config.async_generation and config.max_staleness == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "typo", "closest"),
+    [
+        # TRL's own string fields, which TRL checks only at the first loss (a traceback) or never (runs as colocate)
+        ("loss_type", "dapoo", "dapo"),
+        ("vllm_mode", "colocat", "colocate"),
+        ("vllm_model_impl", "vlm", "vllm"),
+        ("importance_sampling_level", "sequense", "sequence"),
+        ("multi_objective_aggregation", "sum_then_normalise", "sum_then_normalize"),
+        ("scale_rewards", "grup", "group"),
+        ("vllm_importance_sampling_mode", "sequence_masks", "sequence_mask"),
+        # transformers' enum and choice fields
+        ("eval_strategy", "stepz", "steps"),
+        ("lr_scheduler_type", "cosin", "cosine"),
+        ("log_level", "inf", "info"),
+        ("ddp_backend", "glo", "gloo"),
+        # ours
+        ("vllm_weight_transfer", "dsk", "disk"),
+        ("vllm_dtype", "bfloat", "bfloat16"),
+        ("maxent_objective", "listwize", "listwise"),
+        ("maxent_mode_probability", "polcy", "policy"),
+        ("tool_error_policy", "retyr", "retry"),
+        ("dynamic_sampling_at_cap", "eror", "error"),
+    ],
+)
+def test_a_typo_in_an_enum_field_is_one_line_naming_the_closest_choice(field, typo, closest):
+    with pytest.raises(ValueError) as error:
+        MaxEntGRPOConfig(**{**BASE, field: typo})
+    message = str(error.value)
+    assert message.startswith(f"{field}={typo!r} is invalid: expected ")
+    assert message.endswith(f"; did you mean {closest!r}?") and "\n" not in message
+
+
+def test_every_enum_like_field_is_checked_against_its_choices():
+    checked = field_choices(MaxEntGRPOConfig)
+    expected = {
+        *("loss_type", "vllm_mode", "vllm_model_impl", "importance_sampling_level", "multi_objective_aggregation"),
+        *("scale_rewards", "vllm_importance_sampling_mode", "vllm_weight_transfer", "vllm_dtype", "tool_error_policy"),
+        *("dynamic_sampling_at_cap", "maxent_objective", "maxent_mode_probability", "eval_strategy", "save_strategy"),
+        *("logging_strategy", "lr_scheduler_type", "optim", "hub_strategy", "log_level", "ddp_backend"),
+    }
+    assert expected <= set(checked)
+    for field in checked:
+        with pytest.raises(ValueError, match=rf"^{field}='zzz' is invalid: expected (None or )?one of \("):
+            MaxEntGRPOConfig(**{**BASE, field: "zzz"})
+
+
+def test_enum_members_none_defaults_and_scale_rewards_booleans_pass():
+    config = MaxEntGRPOConfig(**BASE, eval_strategy=IntervalStrategy.STEPS, eval_steps=1, scale_rewards=False)
+    assert (config.eval_strategy, config.scale_rewards, config.ddp_backend) == ("steps", "none", None)
+    with pytest.raises(ValueError, match=r"^importance_sampling_level=1 is invalid: expected one of \('token'"):
+        MaxEntGRPOConfig(**BASE, importance_sampling_level=1)
+
+
+def test_a_plain_grpo_config_with_an_unknown_loss_type_is_refused_when_converted():
+    plain = GRPOConfig(**BASE, loss_type="dapoo")  # TRL takes it
+    with pytest.raises(ValueError, match=r"loss_type='dapoo' is invalid: .*; did you mean 'dapo'\?$"):
+        maxent_config_from(plain, "unused")
+
+
+def test_the_tau_controller_drops_the_default_anneal_with_a_log_line(caplog):
+    with caplog.at_level(logging.INFO, logger="maxent_grpo.config"):
+        config = MaxEntGRPOConfig(**BASE, maxent_target_weight_entropy=1.0)
+    assert (config.maxent_tau, config.maxent_tau_final) == (0.25, None)
+    assert "maxent_tau_final: its default 0.003 is dropped for None" in caplog.text
+    assert "maxent_target_weight_entropy=1.0 turns the tau controller on" in caplog.text
+
+
+def test_a_fixed_tau_of_0_drops_the_default_anneal(caplog):
+    with caplog.at_level(logging.INFO, logger="maxent_grpo.config"):
+        config = MaxEntGRPOConfig(**BASE, maxent_tau=0.0)
+    assert (config.maxent_tau, config.maxent_tau_final) == (0.0, None)
+    assert "maxent_tau_final: its default 0.003 is dropped" in caplog.text
+
+
+def test_the_tau_controller_starts_a_default_tau_inside_the_clamp_the_user_set(caplog):
+    with caplog.at_level(logging.INFO, logger="maxent_grpo.config"):
+        config = MaxEntGRPOConfig(**BASE, maxent_target_weight_entropy=1.0, maxent_tau_max=0.1)
+    assert (config.maxent_tau, config.maxent_tau_final) == (0.1, None)
+    assert "maxent_tau: its default 0.25 is dropped for 0.1" in caplog.text
+
+
+def test_fields_the_user_set_still_conflict():
+    with pytest.raises(ValueError, match=r"maxent_tau_final=0.1 is invalid.*maxent_target_weight_entropy"):
+        MaxEntGRPOConfig(**BASE, maxent_tau_final=0.1, maxent_target_weight_entropy=1.0)
+    with pytest.raises(ValueError, match=r"maxent_tau=0.5 is invalid.*maxent_target_weight_entropy"):
+        MaxEntGRPOConfig(**BASE, maxent_tau=0.5, maxent_tau_max=0.1, maxent_target_weight_entropy=1.0)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "terms"),
+    [
+        ({}, "per_device_train_batch_size x gradient_accumulation_steps x processes (4 x 1 x 1 = 4)"),
+        ({"gradient_accumulation_steps": 2},
+         "per_device_train_batch_size x gradient_accumulation_steps x processes (4 x 2 x 1 = 8)"),
+        ({"steps_per_generation": 2},
+         "per_device_train_batch_size x steps_per_generation x processes (4 x 2 x 1 = 8)"),
+        ({"generation_batch_size": 8}, "generation_batch_size (8)"),
+    ],
+)  # fmt: skip
+def test_num_generations_that_does_not_divide_the_batch_names_the_fields_the_user_set(overrides, terms):
+    with pytest.raises(ValueError) as error:
+        MaxEntGRPOConfig(**{**BASE, "num_generations": 3, **overrides})
+    message = str(error.value)
+    assert message.startswith(f"{terms} must be divisible by num_generations (3): ")
+    named = {"generation_batch_size", "steps_per_generation"} & set(overrides)
+    for field in {"generation_batch_size", "steps_per_generation"} - named:
+        assert field not in message
+
+
+def test_generation_batch_terms_of_a_config_name_what_the_user_set():
+    assert MaxEntGRPOConfig(**BASE).generation_batch_terms() == (
+        "per_device_train_batch_size x gradient_accumulation_steps x processes (4 x 1 x 1 = 4)",
+        ["per_device_train_batch_size", "gradient_accumulation_steps"],
+    )
+    assert MaxEntGRPOConfig(**BASE, generation_batch_size=8).generation_batch_terms()[1] == ["generation_batch_size"]
+    converted = maxent_config_from(GRPOConfig(**BASE, steps_per_generation=2), "unused")
+    assert converted.generation_batch_terms()[0].startswith("per_device_train_batch_size x steps_per_generation")

@@ -50,6 +50,7 @@ def _train(argv: Sequence[str]) -> int:
     from maxent_grpo.cli.line_progress import LineProgressCallback, silence_library_progress_bars
     from maxent_grpo.cli.prompt_checks import check_chat_template, check_prompts
     from maxent_grpo.trainer import MaxEntGRPOTrainer
+    from maxent_grpo.training.dynamic_sampling import UnknownRewardMetricError
 
     # Dotted paths (reward functions, a custom maxent_mode_key) resolve from the working directory too, as in TRL's
     # scripts.
@@ -74,13 +75,16 @@ def _train(argv: Sequence[str]) -> int:
         inputs.check_reward_columns(reward_funcs, dataset)
     if isinstance(dataset, Dataset):  # a streamed data set has no length
         run_checks.check_batch_fits_dataset(config, len(dataset))
-    trainer = MaxEntGRPOTrainer(
-        reward_funcs=reward_funcs,
-        args=config,
-        train_dataset=dataset,
-        eval_dataset=eval_dataset,
-        **_load_model(model_args, config),
-    )
+    try:
+        trainer = MaxEntGRPOTrainer(
+            reward_funcs=reward_funcs,
+            args=config,
+            train_dataset=dataset,
+            eval_dataset=eval_dataset,
+            **_load_model(model_args, config),
+        )
+    except UnknownRewardMetricError as error:  # the reward names are known once the trainer has its reward models
+        raise UsageError(str(error)) from error
     if chat_prompts:
         check_chat_template(trainer.processing_class, model_args.model_name_or_path)
     run_checks.check_logits_fit(config, trainer.model, trainer.accelerator.device)

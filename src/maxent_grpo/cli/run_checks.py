@@ -52,10 +52,11 @@ def check_batch_fits_dataset(config: MaxEntGRPOConfig, num_prompts: int) -> None
     """
     needed = config.generation_batch_size // config.num_generations
     if needed > num_prompts:
+        terms, fields_to_change = config.generation_batch_terms()
         raise UsageError(
-            f"one generation batch needs {needed} distinct prompts (generation_batch_size "
-            f"{config.generation_batch_size} / num_generations {config.num_generations}), but the dataset has "
-            f"{num_prompts}; lower per_device_train_batch_size or steps_per_generation, or use more prompts"
+            f"one generation batch needs {needed} distinct prompts ({terms} completions in groups of "
+            f"num_generations ({config.num_generations})), but the dataset has {num_prompts}; lower "
+            f"{' or '.join(fields_to_change)}, or use more prompts"
         )
 
 

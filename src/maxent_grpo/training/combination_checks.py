@@ -52,14 +52,15 @@ def generation_span(args: Any) -> int:
 
 
 def check_async_generation(args: Any, *, own_backend: bool, tools: bool) -> None:
-    """Refuse ``async_generation`` where it cannot hold its guarantees (the config checked the fields it can alone).
+    """Refuse ``async_generation`` where it cannot hold its guarantees (the config refused what its fields decide
+    alone, ``vllm_weight_transfer='nccl'`` among them: `MaxEntGRPOConfig._validate_async_generation`).
 
     Raises:
         ValueError: with a user's own backend or a ``rollout_func`` (neither tags completions with weight versions nor
             is known to be safe to call from a second thread), with tools or environments (an episode's turns are
             collective rounds, which must stay on the main thread), with generations that do not line up with
-            optimizer steps or are trained over more steps than ``max_staleness`` allows, or with a weight transfer
-            that resolves to NCCL.
+            optimizer steps or are trained over more steps than ``max_staleness`` allows, or with
+            ``vllm_weight_transfer='auto'`` resolving to NCCL on this machine.
     """
     if own_backend:
         raise ValueError(
@@ -75,7 +76,7 @@ def check_async_generation(args: Any, *, own_backend: bool, tools: bool) -> None
             f"{span} optimizer steps (num_iterations={args.num_iterations}), so rows generated a step ahead are "
             f"{span} steps old when last trained on; set max_staleness >= {span}."
         )
-    if weight_transfer_name(args) != "disk":
+    if args.vllm_weight_transfer == "auto" and weight_transfer_name(args) == "nccl":
         raise ValueError(
             "async_generation=True needs vllm_weight_transfer='disk' (here 'auto' resolves to NCCL, which does not "
             "version the weights)."

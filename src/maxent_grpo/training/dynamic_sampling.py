@@ -25,10 +25,35 @@ from typing import Any, ClassVar
 
 import torch
 
+from maxent_grpo.enum_fields import did_you_mean
+
 logger = logging.getLogger(__name__)
 
 #: Equality tolerance for "all rewards of a group are equal".
 FLAT_TOLERANCE = 1e-9
+
+
+class UnknownRewardMetricError(ValueError):
+    """``dynamic_sampling_metric`` names no reward function of the trainer (input, not a bug: one line suffices)."""
+
+
+def metric_column(metric: str, reward_func_names: Sequence[str]) -> int | None:
+    """The reward column that ``dynamic_sampling_metric`` names: None for ``'sum'``, else the index of the reward
+    function of that name (TRL's ``reward_func_names``: a function's ``__name__``, a reward model's name).
+
+    Raises:
+        UnknownRewardMetricError: ``metric`` is neither ``'sum'`` nor one of ``reward_func_names``; the message lists
+            them, with the closest one.
+    """
+    if metric == "sum":
+        return None
+    if metric not in reward_func_names:
+        names = list(reward_func_names)
+        raise UnknownRewardMetricError(
+            f"dynamic_sampling_metric={metric!r} is invalid: expected 'sum' or the name of a reward function, one of "
+            f"{names}{did_you_mean(metric, names) or '.'}"
+        )
+    return list(reward_func_names).index(metric)
 
 
 def groups_without_signal(metric: torch.Tensor, group_kept: torch.Tensor) -> torch.Tensor:

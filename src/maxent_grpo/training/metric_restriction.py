@@ -1,5 +1,5 @@
-"""TRL's batch metrics over kept rows only (invariant I3): what TRL computed over every row, placeholders included,
-recomputed or forgotten once a generation batch has dropped groups.
+"""TRL's batch metrics over kept rows only (invariants I3, I6): what TRL computed over every row, placeholders
+included, recomputed or forgotten once a generation batch has dropped groups.
 
 Each function takes the trainer's metric store (``GRPOTrainer._metrics[mode]``: name -> list of logged values) or its
 completions table (``GRPOTrainer._logs``) and the rows' keep mask; none of them knows the trainer.

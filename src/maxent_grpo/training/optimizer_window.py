@@ -1,4 +1,4 @@
-"""The correction that keeps dropped rows out of an optimizer step, applied to each micro-batch's loss (invariant I6).
+"""The correction that keeps dropped rows out of an optimizer step, applied to each micro-batch's loss (I6, I10).
 
 An optimizer window is the micro-batches one optimizer step accumulates. TRL normalises each micro-batch's loss as if
 every micro-batch held data, so a micro-batch whose rows were all dropped would count as a zero and shrink the step.

@@ -9,7 +9,13 @@ import pytest
 import torch
 from datasets import Dataset
 
-from maxent_grpo.training.dynamic_sampling import DynamicSampler, draw_replacements, groups_without_signal
+from maxent_grpo.training.dynamic_sampling import (
+    DynamicSampler,
+    UnknownRewardMetricError,
+    draw_replacements,
+    groups_without_signal,
+    metric_column,
+)
 
 nan = math.nan
 
@@ -100,3 +106,17 @@ def test_a_restored_sampler_draws_what_the_original_draws_next():
 def test_state_rejects_invalid_counters(batches):
     with pytest.raises(ValueError, match="generation_batches"):
         _sampler().load_state_dict({"generation_batches": batches})
+
+
+def test_the_metric_names_sum_or_a_reward_function():
+    names = ["correct", "short_answer"]
+    assert metric_column("sum", names) is None
+    assert metric_column("short_answer", names) == 1
+    with pytest.raises(UnknownRewardMetricError) as error:
+        metric_column("short_answers", names)
+    assert str(error.value) == (
+        "dynamic_sampling_metric='short_answers' is invalid: expected 'sum' or the name of a reward function, one of "
+        "['correct', 'short_answer']; did you mean 'short_answer'?"
+    )
+    with pytest.raises(ValueError, match=r"one of \['correct', 'short_answer'\]\.$"):
+        metric_column("length", names)

@@ -41,10 +41,16 @@ import torch
 
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.combination_checks import generation_span
+from maxent_grpo.training.generation.backends.capabilities import (
+    SupportsCancel,
+    SupportsDeadline,
+    SupportsSamplerLogprobs,
+    SupportsTokenPrompts,
+)
 from maxent_grpo.training.generation.backends.protocol import Completion, GenerationBackend
 from maxent_grpo.training.generation.call_ahead import Prefetch, ReplayedFirstCall, first_call
 from maxent_grpo.training.generation.rows import GeneratedRows
-from maxent_grpo.training.generation.step import WEIGHT_STAT_KEYS
+from maxent_grpo.training.generation.step import weight_counts
 
 logger = logging.getLogger(__name__)
 
@@ -104,14 +110,14 @@ class AsyncGeneration:
             ValueError: the backend does not ask for the sampler's log-probs (``generation_kwargs`` turned them off),
                 which TRL's importance-sampling correction of the rows generated ahead needs.
         """
-        args = trainer.args
-        if not getattr(trainer.generation_backend, "wants_logprobs", True):
+        args, backend = trainer.args, trainer.generation_backend
+        if isinstance(backend, SupportsSamplerLogprobs) and not backend.wants_logprobs:
             raise ValueError(
                 "async_generation=True needs the sampler's log-probs for TRL's importance-sampling correction of the "
                 "rows generated ahead, and generation_kwargs turns them off."
             )
         return cls(
-            trainer.generation_backend,
+            backend,
             generate_every=args.steps_per_generation * trainer.num_iterations,
             window_size=args.gradient_accumulation_steps,
             max_staleness=args.max_staleness,
@@ -157,9 +163,10 @@ class AsyncGeneration:
         sync_weights()
         inputs = self._ahead[upcoming[0] - start - size]
         call = first_call([row["prompt"] for row in inputs], self.process_index, self.group_size)
-        tokenize = getattr(self.backend, "token_prompts", None)  # one thread uses the tokenizer at a time
-        sent = list(call.prompts) if tokenize is None else tokenize(call.prompts)
-        prefetch = Prefetch(upcoming[0], call, sent, _weight_counts(self.backend))
+        backend = self.backend
+        # One thread uses the tokenizer at a time: the prompts are tokenized here, where the backend can.
+        sent = backend.token_prompts(call.prompts) if isinstance(backend, SupportsTokenPrompts) else list(call.prompts)
+        prefetch = Prefetch(upcoming[0], call, sent, weight_counts(backend))
         prefetch.thread = threading.Thread(
             target=self._run, args=(prefetch,), name="maxent-grpo-async-generation", daemon=True
         )
@@ -167,18 +174,20 @@ class AsyncGeneration:
         prefetch.thread.start()
 
     def _run(self, prefetch: Prefetch) -> None:
-        set_deadline = getattr(self.backend, "set_deadline", None)
+        bounded = self.backend if isinstance(self.backend, SupportsDeadline) else None
         began = time.monotonic()
-        if set_deadline is not None and self.step_timeout is not None and not prefetch.cancelled:
-            set_deadline(began + self.step_timeout)
+        if bounded is not None and self.step_timeout is not None:
+            bounded.set_deadline(began + self.step_timeout)
         try:
+            # Checked after the deadline is set: a `close` before this sees the call skipped, one after it cuts the
+            # call off with its own deadline (never undone by the one above).
             if not prefetch.cancelled:
                 prefetch.groups = self.backend.generate(list(prefetch.sent), list(prefetch.call.counts))
         except BaseException as error:  # replayed in the step, where the protocol decides what it means
             prefetch.error = error
         finally:
-            if set_deadline is not None:  # also the deadline `close` set: the backend is usable again
-                set_deadline(None)
+            if bounded is not None:  # also the deadline `close` set: the backend is usable again
+                bounded.set_deadline(None)
             prefetch.seconds = time.monotonic() - began
 
     def _join(self, prefetch: Prefetch | None, timeout: float | None = None) -> None:
@@ -233,12 +242,10 @@ class AsyncGeneration:
         if prefetch is None or prefetch.thread is None or not prefetch.thread.is_alive():
             return
         prefetch.cancelled = True
-        set_deadline = getattr(self.backend, "set_deadline", None)
-        if set_deadline is not None:
-            set_deadline(time.monotonic())
-        cancel = getattr(self.backend, "cancel_requests", None)
-        if cancel is not None:
-            cancel()
+        if isinstance(self.backend, SupportsDeadline):
+            self.backend.set_deadline(time.monotonic())
+        if isinstance(self.backend, SupportsCancel):
+            self.backend.cancel_requests()
         self._join(prefetch, _CLOSE_WAIT_SECONDS)
         if prefetch.thread.is_alive():
             self._abandoned.append(prefetch)
@@ -291,10 +298,3 @@ def _take(iterator: Iterator[Any], count: int) -> list[Any]:
         except StopIteration:
             break
     return taken
-
-
-def _weight_counts(backend: GenerationBackend) -> dict[str, int] | None:
-    stats = getattr(backend, "stats", None)
-    if not isinstance(stats, dict) or not all(key in stats for key in WEIGHT_STAT_KEYS):
-        return None
-    return dict(stats)

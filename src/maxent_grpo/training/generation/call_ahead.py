@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from maxent_grpo.training.generation.backends.capabilities import SupportsDeadline, SupportsStats
 from maxent_grpo.training.generation.backends.protocol import Completion, GenerationBackend
 from maxent_grpo.training.generation.rows import local_runs
 
@@ -76,12 +77,11 @@ class ReplayedFirstCall:
     def stats(self) -> dict[str, int] | None:
         if self.prefetch is not None:
             return self.prefetch.stats_before
-        return getattr(self.backend, "stats", None)
+        return self.backend.stats if isinstance(self.backend, SupportsStats) else None
 
     def set_deadline(self, deadline: float | None) -> None:
-        set_deadline = getattr(self.backend, "set_deadline", None)
-        if set_deadline is not None:
-            set_deadline(deadline)
+        if isinstance(self.backend, SupportsDeadline):
+            self.backend.set_deadline(deadline)
 
     def generate(self, prompts: list[Any], counts: list[int]) -> list[list[Completion]]:
         prefetch, self.prefetch = self.prefetch, None

@@ -45,8 +45,9 @@ from maxent_grpo.training.generation.helpers import (
 
 logger = logging.getLogger(__name__)
 
-#: Returns why a completion is unusable, or None when it is fine.
-CompletionCheck = Callable[[Completion], str | None]
+#: ``reject(completion)``: why the completion is unusable, or None when it is fine (what
+#: `backends.completion_check.CompletionCheck` computes; any such callable will do here).
+CompletionFilter = Callable[[Completion], str | None]
 
 #: ``any_process(flag)``: True when ``flag`` is True on any process (a collective; identity on one process).
 AnyProcess = Callable[[bool], bool]
@@ -84,7 +85,7 @@ class CollectedGroups:
 class _BackendCaller:
     """Calls the backend, turning its failures into missing slots and filtering unusable completions."""
 
-    def __init__(self, backend: GenerationBackend, check: CompletionCheck, result: CollectedGroups) -> None:
+    def __init__(self, backend: GenerationBackend, check: CompletionFilter, result: CollectedGroups) -> None:
         self.backend = backend
         self.check = check
         self.result = result
@@ -175,7 +176,7 @@ def collect_completion_groups(
     counts: Sequence[int],
     *,
     retry_limit: int,
-    check: CompletionCheck,
+    check: CompletionFilter,
     any_process: AnyProcess = single_process,
     deadline: float | None = None,
 ) -> CollectedGroups:

@@ -3,19 +3,25 @@
 TRL's init already does the tool work worth keeping: it probes each environment (``reset`` required, its public
 methods become tools, a ``get_reward`` becomes a reward function named after the class), sets the tokenizer's response
 parser (`add_response_schema`), swaps in a prefix-preserving training chat template where needed, checks the template
-can render tool calls and starts the event loop async tools run on. These functions only read that state; the
-per-row environment resets TRL would do before generating are taken over by the episodes (`take_over_environments`).
+can render tool calls and starts the event loop async tools run on. These functions only read that state (except
+that TRL starts that loop only for async reward functions and standalone tools: `take_over_environments` starts it
+too when an environment's ``reset`` or tool is async); the per-row environment resets TRL would do before generating
+are taken over by the episodes (`take_over_environments`).
 """
 
 from __future__ import annotations
 
+import atexit
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from trl.chat_template_utils import parse_response
+from trl.trainer.utils import shutdown_event_loop_in_daemon, start_event_loop_in_daemon
 
 from maxent_grpo.collectives import Collectives
+from maxent_grpo.training.generation.backends.capabilities import SupportsContextLength
+from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
 from maxent_grpo.training.generation.backends.protocol import GenerationBackend
-from maxent_grpo.training.generation.completion_check import CompletionCheck
 from maxent_grpo.training.generation.environments import EnvironmentPool
 from maxent_grpo.training.generation.episodes import EpisodeBackend, EpisodePrompt, EpisodeSettings
 from maxent_grpo.training.generation.tool_calls import ToolCallPolicy
@@ -29,10 +35,20 @@ def take_over_environments(trainer: GRPOTrainer) -> EnvironmentPool | None:
 
     Sets the trainer's ``environment_factories`` to None, so that TRL's ``_generate_and_score_completions`` neither
     draws nor resets instances per row: each episode draws and resets its own (and a retried episode a fresh one).
+    When an environment's ``reset`` or a tool method is ``async def`` and TRL started no event loop (it does only for
+    async reward functions and standalone tools), the loop is started here, as TRL starts it.
     """
     factories = trainer.environment_factories
     if factories is None:
         return None
+    if getattr(trainer, "async_loop", None) is None and any(
+        _has_async_method(instance) for instances in trainer._environment_pool.values() for instance in instances
+    ):
+        trainer.async_loop_thread, trainer.async_loop, trainer.async_loop_ready_event = start_event_loop_in_daemon(
+            name="GRPOTrainer-AsyncLoop"
+        )
+        trainer.async_loop_ready_event.wait()
+        atexit.register(shutdown_event_loop_in_daemon, trainer.async_loop_thread, trainer.async_loop)
     pool = EnvironmentPool(
         factories,
         trainer._environment_pool,
@@ -42,6 +58,12 @@ def take_over_environments(trainer: GRPOTrainer) -> EnvironmentPool | None:
     )
     trainer.environment_factories = None
     return pool
+
+
+def _has_async_method(environment: Any) -> bool:
+    """Whether any public method of ``environment``'s class (``reset`` and the tools) is a coroutine function."""
+    members = inspect.getmembers(type(environment), predicate=inspect.isfunction)
+    return any(inspect.iscoroutinefunction(member) for name, member in members if not name.startswith("_"))
 
 
 def episode_settings(
@@ -82,8 +104,8 @@ def episode_settings(
 
 def context_length(trainer: GRPOTrainer) -> int:
     """The longest sequence an episode's turn may reach: the engine's ``max_model_len``, else the model's."""
-    engine_length = getattr(trainer.generation_backend, "max_model_len", None)
-    if engine_length is not None:
+    backend = trainer.generation_backend
+    if isinstance(backend, SupportsContextLength) and (engine_length := backend.max_model_len) is not None:
         return int(engine_length)
     config = trainer.model.config
     return int(getattr(config, "text_config", config).max_position_embeddings)

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from maxent_grpo.training.generation.backends.capabilities import SupportsDeadline, SupportsStats
+from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
 from maxent_grpo.training.generation.backends.protocol import (
     BackendContractError,
     Completion,
@@ -29,7 +31,7 @@ from maxent_grpo.training.generation.backends.protocol import (
     GenerationStopped,
     TokenPrompt,
 )
-from maxent_grpo.training.generation.collect import AnyProcess, CompletionCheck, single_process
+from maxent_grpo.training.generation.collect import AnyProcess, single_process
 from maxent_grpo.training.generation.environments import EnvironmentPool, environment_tools, observed_prompt
 from maxent_grpo.training.generation.episode_failure import EpisodeFailed, FailureCause
 from maxent_grpo.training.generation.episode_trace import EpisodeTrace
@@ -133,10 +135,11 @@ class EpisodeBackend:
         self.failures: dict[FailureCause, int] = {"tool": 0, "backend": 0}
         self.reasons: list[str] = []
         self._kept: Exception | None = None
-        self.stats = getattr(backend, "stats", None)
-        set_deadline = getattr(backend, "set_deadline", None)
-        if set_deadline is not None:
-            self.set_deadline = set_deadline
+        self.stats = backend.stats if isinstance(backend, SupportsStats) else None
+
+    def set_deadline(self, deadline: float | None) -> None:
+        if isinstance(self.backend, SupportsDeadline):
+            self.backend.set_deadline(deadline)
 
     def generate(self, prompts: Sequence[EpisodePrompt], counts: Sequence[int]) -> list[list[Completion]]:
         owners: list[int] = []

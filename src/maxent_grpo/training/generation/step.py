@@ -24,8 +24,14 @@ import torch
 
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, RefillOutcome
+from maxent_grpo.training.generation.backends.capabilities import (
+    SupportsDeadline,
+    SupportsFailureReasons,
+    SupportsStats,
+)
+from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
 from maxent_grpo.training.generation.backends.protocol import GenerationBackend, GenerationStopped
-from maxent_grpo.training.generation.collect import STAT_KEYS, CompletionCheck, collect_completion_groups
+from maxent_grpo.training.generation.collect import STAT_KEYS, collect_completion_groups
 from maxent_grpo.training.generation.helpers import determine_retry_limit
 from maxent_grpo.training.generation.local_batch import LocalBatch
 from maxent_grpo.training.generation.rows import GeneratedRows, assemble_rows, local_runs
@@ -33,6 +39,14 @@ from maxent_grpo.training.generation.rows import GeneratedRows, assemble_rows, l
 #: A backend's counters of weight syncs and of completions from weights older than the trainer's, logged per step
 #: under ``generation/<key>`` when the backend keeps them in its ``stats`` (summed over processes).
 WEIGHT_STAT_KEYS = ("weight_pushes", "weight_resyncs", "stale_completions")
+
+
+def weight_counts(backend: GenerationBackend) -> dict[str, int] | None:
+    """The backend's weight-sync counters (`WEIGHT_STAT_KEYS`), when it keeps them (the vLLM server backend)."""
+    stats = backend.stats if isinstance(backend, SupportsStats) else None
+    if not isinstance(stats, dict) or not all(key in stats for key in WEIGHT_STAT_KEYS):
+        return None
+    return {key: int(stats[key]) for key in WEIGHT_STAT_KEYS}
 
 
 @dataclass(frozen=True)
@@ -78,8 +92,8 @@ class GenerationStep:
         max_retry_rounds: retry rounds after the first call; 0 disables retries, None means G rounds.
         placeholder_prompt_id / placeholder_completion_id: token ids of the rows of dropped groups.
         step_timeout: seconds the step's backend calls may take, counted from the step's creation; None: no limit.
-            Once spent, no retry round starts (on any process) and what is still missing is dropped; a backend with
-            ``set_deadline(deadline)`` (the vLLM server backend) also cuts its requests off at the deadline. A call
+            Once spent, no retry round starts (on any process) and what is still missing is dropped; a
+            `SupportsDeadline` backend (the vLLM server backend) also cuts its requests off at the deadline. A call
             that cannot be interrupted (local generation) runs to its end.
     """
 
@@ -103,7 +117,7 @@ class GenerationStep:
         self.placeholder_prompt_id = placeholder_prompt_id
         self.placeholder_completion_id = placeholder_completion_id
         self.deadline = None if step_timeout is None else time.monotonic() + step_timeout
-        self._backend_counts = self._weight_counts()
+        self._backend_counts = weight_counts(backend)
 
     def collect(self, prompts: list[Any]) -> LocalBatch:
         """First call plus retries for this process's rows (TRL's layout: G consecutive rows per prompt)."""
@@ -138,16 +152,22 @@ class GenerationStep:
 
     @contextmanager
     def _backend_deadline(self) -> Iterator[None]:
-        """Tell a backend that can bound its requests (``set_deadline``) the step's deadline while it is called."""
-        set_deadline = getattr(self.backend, "set_deadline", None)
-        if set_deadline is None or self.deadline is None:
+        """Tell a backend that can bound its requests (`SupportsDeadline`) the step's deadline while it is called."""
+        backend = self.backend
+        if not isinstance(backend, SupportsDeadline) or self.deadline is None:
             yield
             return
-        set_deadline(self.deadline)
+        backend.set_deadline(self.deadline)
         try:
             yield
         finally:
-            set_deadline(None)
+            backend.set_deadline(None)
+
+    def reasons(self, batch: LocalBatch) -> list[str]:
+        """Why slots of ``batch`` came back missing: the rounds' own reasons, then the backend's
+        (`SupportsFailureReasons`: an episode backend says why each failed episode did)."""
+        backend = self.backend
+        return [*batch.reasons, *(backend.reasons if isinstance(backend, SupportsFailureReasons) else ())]
 
     def agree(self, batch: LocalBatch) -> GroupAgreement:
         """Decide, identically on every process, which groups are complete everywhere (one gather)."""
@@ -227,18 +247,11 @@ class GenerationStep:
         assert self.deadline is not None
         return self.collectives.any(time.monotonic() >= self.deadline)
 
-    def _weight_counts(self) -> dict[str, int] | None:
-        """The backend's weight-sync counters (`WEIGHT_STAT_KEYS`), when it keeps them (the vLLM server backend)."""
-        stats = getattr(self.backend, "stats", None)
-        if not isinstance(stats, dict) or not all(key in stats for key in WEIGHT_STAT_KEYS):
-            return None
-        return {key: int(stats[key]) for key in WEIGHT_STAT_KEYS}
-
     def metrics(self, batch: LocalBatch, agreement: GroupAgreement, stop_ids: Sequence[int]) -> StepMetrics:
         """Robustness counters summed over processes, and completion statistics over kept rows only."""
         collectives = self.collectives
         counts = [batch.stats[key] for key in STAT_KEYS]
-        before, after = self._backend_counts, self._weight_counts()
+        before, after = self._backend_counts, weight_counts(self.backend)
         weight_keys = WEIGHT_STAT_KEYS if before is not None and after is not None else ()
         counts += [after[key] - before[key] for key in weight_keys]
         keys = (*STAT_KEYS, *weight_keys)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from maxent_grpo import Completion, TokenPrompt
+from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
 from maxent_grpo.training.generation.backends.protocol import BackendContractError, GenerationStopped
-from maxent_grpo.training.generation.completion_check import CompletionCheck
 from maxent_grpo.training.generation.episodes import EpisodeBackend, EpisodePrompt, EpisodeSettings
 from maxent_grpo.training.generation.tool_calls import ToolCallPolicy
 

@@ -86,10 +86,9 @@ class GenerationBackend(Protocol):
     whose groups are all complete still takes part in a retry round that another process needs), so a backend whose
     generation is a collective (sharded weights) must join it then; any other backend simply returns ``[]``.
 
-    A backend may also define ``sync_weights(model)``; the trainer calls it whenever the training weights changed. And
-    ``set_deadline(deadline)``: with ``generation_step_timeout`` set, the trainer calls it with the `time.monotonic`
-    instant by which the step's calls should end before calling ``generate``, and with None afterwards; a backend
-    that can cut its work off there (the vLLM server backend does) returns what it has by then.
+    Everything else the trainer may ask of a backend (weight sync, deadlines, statistics and failure reasons, request
+    cancellation, token prompts, context length, sampler log-probs, weight versions) is an optional capability, one
+    small protocol each in `capabilities`, checked with `isinstance`.
     """
 
     def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]: ...

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from maxent_grpo.training.generation.backends.capabilities import SupportsWeightSync
 from maxent_grpo.training.generation.backends.protocol import BackendContractError, Completion
 
 REQUIRED_KEYS = ("prompt_ids", "completion_ids", "logprobs")
@@ -82,9 +83,8 @@ class RolloutFunctionBackend:
         self.trainer = trainer
         self.decode = decode
         self.vocab_size = vocab_size
-        sync = getattr(weights, "sync_weights", None)
-        if sync is not None:
-            self.sync_weights = sync
+        if isinstance(weights, SupportsWeightSync):  # only then does the trainer sync (and wait for every process)
+            self.sync_weights = weights.sync_weights
 
     def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
         rows = [prompt for prompt, count in zip(prompts, counts, strict=True) for _ in range(count)]

@@ -33,50 +33,48 @@ logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
   trainer stops after ``generation_max_consecutive_empty_batches`` empty batches.
 - ``out of time``: the generation step's time budget (see `VLLMServerBackend.set_deadline`) was spent: requests in
   flight are cut off, no new try starts, and their prompts' groups come back empty.
+
+The HTTP side (connecting, retries, backoff) is `server_transport`, the request bodies and the reading of answers
+`server_wire`, and the weight versions `server_weight_sync`; this module puts them together.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import random
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import requests
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from maxent_grpo.training.generation.backends.http_deadline import (
-    TRANSIENT_ERRORS,
-    Answer,
-    DeadlineAdapter,
-    exchange,
-)
+from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
 from maxent_grpo.training.generation.backends.protocol import Completion, TokenPrompt
 from maxent_grpo.training.generation.backends.request_seeds import RequestSeeds
 from maxent_grpo.training.generation.backends.sampling import SamplingSettings, check_int, check_number
+from maxent_grpo.training.generation.backends.server_transport import (
+    COMPLETIONS_PATH,
+    ServerTransport,
+    VLLMServerRequestError,
+)
 from maxent_grpo.training.generation.backends.server_weight_sync import ServerWeightSync, WeightSource, parameters
+from maxent_grpo.training.generation.backends.server_wire import (
+    MalformedAnswer,
+    answer_choices,
+    check_generation_kwargs,
+    completion_payload,
+    group_size_problem,
+    parse_choice,
+)
 from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
 
 logger = logging.getLogger(__name__)
 
-# Request fields the backend sets itself: overriding them through `generation_kwargs` would break the grouping of the
-# answer or its token-level payload.
-_RESERVED_REQUEST_FIELDS = frozenset({"prompt", "n", "return_token_ids", "return_tokens_as_token_ids", "stream"})
-
-_COMPLETIONS_PATH = "/v1/completions"
-# HTTP statuses worth retrying besides 5xx; and the 4xx of a completion request that no prompt can cause.
-_TRANSIENT_STATUSES = frozenset({408, 429})
-_CONFIGURATION_STATUSES = frozenset({401, 403, 404})
-
-_HEALTH_POLL_SECONDS = 1.0
 _STAT_KEYS = (
     "requests",
     "retries",
@@ -88,75 +86,6 @@ _STAT_KEYS = (
     "weight_refusals",
     "stale_completions",
 )
-
-
-class VLLMServerRequestError(RuntimeError):
-    """The server rejected a request with an HTTP 4xx that concerns the configuration (see the module docstring)."""
-
-    def __init__(self, method: str, url: str, status_code: int, detail: str) -> None:
-        super().__init__(
-            f"vLLM server rejected {method} {url} with HTTP {status_code}: {detail}. This is a configuration error "
-            "(for example a wrong model name or missing credentials) and is not retried."
-        )
-        self.status_code = status_code
-
-
-class VLLMServerUnavailableError(ConnectionError):
-    """The server has not come up within ``connection_timeout`` seconds of the first request."""
-
-    def __init__(self, base_url: str, connection_timeout: float, cause: str) -> None:
-        super().__init__(
-            f"the vLLM server at {base_url} has not come up within {connection_timeout:g} s of the first request "
-            f"({cause}): is it running, at this address? (connection_timeout / vllm_server_timeout)"
-        )
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _is_token_id_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
-
-
-def _logprob_value(value: Any, position: int) -> float:
-    """One position's logprob as a float: null and NaN become NaN; anything but a number is malformed."""
-    if value is None:
-        return math.nan
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise ValueError(f"logprob {value!r} at position {position} is not a number")
-    return float(value)
-
-
-def _sampled_logprobs(choice_logprobs: Any, token_ids: list[int]) -> list[float]:
-    """Return the logprob of each sampled token from a completions-format ``logprobs`` object.
-
-    The object is ``{"tokens": [...], "token_logprobs": [...], "top_logprobs": [...]}`` with every token written
-    ``"token_id:<id>"``. As in TRL's `parse_logprobs`, a position's entries are the sampled token's plus its
-    alternatives; the entry whose id equals the sampled id is kept. A null or NaN value for that entry (vLLM could not
-    score the token) becomes NaN, which TRL leaves out of its importance-sampling correction. Raises ValueError when
-    the object is malformed or a sampled token has no entry at all.
-    """
-    if not isinstance(choice_logprobs, dict):
-        raise ValueError(f"malformed logprobs of type {type(choice_logprobs).__name__}")
-    tokens, values = choice_logprobs.get("tokens"), choice_logprobs.get("token_logprobs")
-    alternatives = choice_logprobs.get("top_logprobs") or [None] * len(token_ids)
-    if not (isinstance(tokens, list) and isinstance(values, list) and isinstance(alternatives, list)):
-        raise ValueError("malformed logprobs (tokens, token_logprobs and top_logprobs must be lists)")
-    if not len(tokens) == len(values) == len(alternatives) == len(token_ids):
-        raise ValueError(f"{len(values)} logprobs for {len(token_ids)} tokens")
-    sampled = []
-    for position, (token_id, token, value, others) in enumerate(
-        zip(token_ids, tokens, values, alternatives, strict=True)
-    ):
-        if others is not None and not isinstance(others, dict):
-            raise ValueError(f"malformed top_logprobs at position {position}")
-        entries = {token: value, **(others or {})}
-        key = f"token_id:{token_id}"
-        if key not in entries:
-            raise ValueError(f"no logprob for sampled token {token_id} at position {position}")
-        sampled.append(_logprob_value(entries[key], position))
-    return sampled
 
 
 class VLLMServerBackend:
@@ -243,15 +172,8 @@ class VLLMServerBackend:
         self.base_url = base_url.rstrip("/")
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
-        reserved = sorted(_RESERVED_REQUEST_FIELDS & sampling.generation_kwargs.keys())
-        if reserved:
-            raise ValueError(
-                f"generation_kwargs must not set {reserved}: the backend sets them itself, got "
-                f"{sampling.generation_kwargs!r}"
-            )
+        check_generation_kwargs(sampling.generation_kwargs)
         self.sampling = sampling
-        regex = sampling.structured_outputs_regex
-        self.structured_outputs = {} if regex is None else {"structured_outputs": {"regex": regex}}
         # Logprobs are asked for (``logprobs: 0``, the sampled token's) unless `generation_kwargs` turns them off.
         self.wants_logprobs = sampling.wants_logprobs
         self.request_timeout = check_number("request_timeout", request_timeout, low=0.0, low_open=True)
@@ -263,26 +185,31 @@ class VLLMServerBackend:
 
         self.stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
         self._stats_lock = threading.Lock()
-        self._model_lock = threading.Lock()
-        self._model: str | None = None
         self._warned_off_policy = False
-        self._jitter = random.Random()
-        self._step_deadline: float | None = None
-        self._first_contact: float | None = None
+        self._check = CompletionCheck(self.vocab_size)
         self._rejected: set[tuple[int, ...]] = set()
-        self._session = self._make_session()
+        self._transport = ServerTransport(
+            self.base_url,
+            request_timeout=self.request_timeout,
+            max_attempts=self.max_attempts,
+            backoff_seconds=self.backoff_seconds,
+            max_concurrency=self.max_concurrency,
+            connection_timeout=self.connection_timeout,
+            count=self._count,
+            log=logger,
+        )
         self._weights = (
             None
             if weights_directory is None
             else ServerWeightSync(
                 self.base_url,
-                self._session,
+                self._transport.session,
                 WeightDirectory(weights_directory),
                 source=weight_source,
                 request_timeout=self.request_timeout,
                 max_attempts=self.max_attempts,
-                backoff=self._backoff,
-                time_left=self._time_left,
+                backoff=self._transport.backoff,
+                time_left=self._transport.time_left,
                 count=self._count,
             )
         )
@@ -301,14 +228,14 @@ class VLLMServerBackend:
         weights = self._weights
         seeds = self._seeds.next_call(len(asked))
         if not asked:
-            if weights is not None and weights.pusher and self._time_left() > 0:
+            if weights is not None and weights.pusher and self._transport.time_left() > 0:
                 weights.ensure()  # another process may be waiting for this one to push
             return groups
-        if self._time_left() <= 0:
-            self._out_of_time(f"{len(asked)} prompt(s) not sent", len(asked))
+        if self._transport.time_left() <= 0:
+            self._transport.out_of_time(f"{len(asked)} prompt(s) not sent", len(asked))
             return groups
         prompt_ids = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.sampling.chat_template_kwargs)
-        model = self._ensure_model()
+        model = self._transport.served_model()
         if model is None:
             return groups
         if weights is not None and not weights.ensure():
@@ -358,7 +285,7 @@ class VLLMServerBackend:
     def set_deadline(self, deadline: float | None) -> None:
         """Bound every request that follows by ``deadline``, a `time.monotonic` instant (None: no bound but
         ``request_timeout``). The trainer sets it for the calls of a generation step with a time budget."""
-        self._step_deadline = deadline
+        self._transport.deadline = deadline
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Make the training weights the ones the server must serve: with ``weights_directory``, write them as a new
@@ -385,9 +312,7 @@ class VLLMServerBackend:
     def cancel_requests(self) -> None:
         """Cut off every request in flight now (weight pushes included); each ends as an infrastructure failure, and
         with a deadline already passed (`set_deadline`) none is tried again."""
-        for adapter in {id(a): a for a in self._session.adapters.values()}.values():
-            if isinstance(adapter, DeadlineAdapter):
-                adapter.cut_off_all()
+        self._transport.cut_off_all()
 
     def token_prompts(self, prompts: Sequence[Any]) -> list[TokenPrompt]:
         """``prompts`` as the token ids this backend would send them as (tokenized here, on the caller's thread)."""
@@ -396,128 +321,13 @@ class VLLMServerBackend:
 
     def close(self) -> None:
         """Close the HTTP connections."""
-        self._session.close()
+        self._transport.close()
 
-    # ----------------------------------------------------------------------------------------------------- HTTP
-
-    def _make_session(self) -> requests.Session:
-        # `max_retries=0`: urllib3 must not retry behind our back; `_send` owns the retry policy.
-        session = requests.Session()
-        adapter = DeadlineAdapter(max_retries=0, pool_maxsize=self.max_concurrency)
-        session.mount("http://", adapter)
-        session.mount("https://", adapter)
-        return session
+    # ----------------------------------------------------------------------------------------------------- requests
 
     def _count(self, key: str, amount: int = 1) -> None:
         with self._stats_lock:
             self.stats[key] += amount
-
-    def _time_left(self) -> float:
-        """Seconds left of the current generation step's budget (infinite without one)."""
-        return math.inf if self._step_deadline is None else self._step_deadline - time.monotonic()
-
-    def _backoff(self, attempt: int) -> None:
-        delay = self.backoff_seconds * 2 ** (attempt - 1) * self._jitter.uniform(0.5, 1.0)
-        time.sleep(max(min(delay, self._time_left()), 0.0))
-
-    def _out_of_time(self, what: str, amount: int = 1) -> None:
-        self._count("out_of_time", amount)
-        logger.warning("out of time: %s: the generation step's time budget is spent", what)
-
-    def _send(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Answer | None:
-        """Send one request with retries; return the answer, or None after ``max_attempts`` failures or out of time.
-
-        The answer is a 2xx/3xx one, or the 4xx with which the server rejected a completion request's prompt. Each try
-        ends by ``request_timeout`` or the step's deadline, whichever comes first. Raises `VLLMServerRequestError` on a
-        4xx that concerns the configuration (see the module docstring).
-        """
-        url = f"{self.base_url}{path}"
-        cause = "not sent"
-        for attempt in range(1, self.max_attempts + 1):
-            time_left = self._time_left()
-            if attempt > 1 and time_left > 0:
-                self._count("retries")
-                logger.info(
-                    "%s %s failed (attempt %d of %d), retrying: %s", method, url, attempt - 1, self.max_attempts, cause
-                )
-                self._backoff(attempt - 1)
-                time_left = self._time_left()
-            if time_left <= 0:
-                break
-            if payload is not None:  # a completion request (GET /v1/models is not counted)
-                self._count("requests")
-            try:
-                answer = exchange(
-                    self._session, method, url, payload, time.monotonic() + min(self.request_timeout, time_left)
-                )
-            except TRANSIENT_ERRORS as exc:
-                cause = _describe(exc)
-                continue
-            if answer.status < 400:
-                return answer
-            if answer.status < 500 and answer.status not in _TRANSIENT_STATUSES:
-                if path == _COMPLETIONS_PATH and answer.status not in _CONFIGURATION_STATUSES:
-                    return answer
-                raise VLLMServerRequestError(method, url, answer.status, answer.text(500))
-            cause = f"HTTP {answer.status}: {answer.text(200)}"
-        if self._time_left() <= 0:
-            self._out_of_time(f"{method} {url} given up ({cause})")
-            return None
-        self._count("infrastructure_failures")
-        logger.warning(
-            "infrastructure failure: %s %s failed after %d attempt(s): %s", method, url, self.max_attempts, cause
-        )
-        return None
-
-    def _wait_for_health(self, budget: float) -> str | None:
-        """Poll ``GET /health`` until it answers 200 (return None) or ``budget`` seconds (or the step's budget) have
-        passed (return the last cause). At least one poll is made."""
-        url = f"{self.base_url}/health"
-        deadline = time.monotonic() + min(budget, self._time_left())
-        while True:
-            poll_timeout = min(self.request_timeout, max(deadline - time.monotonic(), _HEALTH_POLL_SECONDS))
-            try:
-                response = self._session.get(url, timeout=poll_timeout)
-            except TRANSIENT_ERRORS as exc:
-                cause = _describe(exc)
-            else:
-                if response.status_code == 200:
-                    return None
-                cause = f"HTTP {response.status_code}"
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return cause
-            logger.info("waiting for the vLLM server at %s to come up (%s)", self.base_url, cause)
-            time.sleep(min(_HEALTH_POLL_SECONDS, remaining))
-
-    def _ensure_model(self) -> str | None:
-        """Return the served model id, connecting first if needed; None (logged) when the server stopped answering.
-
-        Until the server has answered once, each call waits for it to come up, all calls together for at most
-        ``connection_timeout`` seconds from the first; after that a server still not up raises
-        `VLLMServerUnavailableError` at once on every call (after one quick probe, so a server that comes up late is
-        still picked up).
-        """
-        with self._model_lock:
-            if self._model is not None:
-                return self._model
-            if self._first_contact is None:
-                self._first_contact = time.monotonic()
-            waited = time.monotonic() - self._first_contact
-            cause = self._wait_for_health(max(self.connection_timeout - waited, 0.0))
-            if cause is not None and self._time_left() > 0:
-                raise VLLMServerUnavailableError(self.base_url, self.connection_timeout, cause)
-            answer = self._send("GET", "/v1/models")
-            if answer is None:
-                return None
-            try:
-                self._model = str(answer.json()["data"][0]["id"])
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                self._count("bad_data")
-                logger.warning("bad data: GET %s/v1/models answered without a model id (%s)", self.base_url, exc)
-                return None
-            logger.info("vLLM server at %s serves model %r", self.base_url, self._model)
-            return self._model
 
     @staticmethod
     def _result_or_cancel(
@@ -531,27 +341,16 @@ class VLLMServerBackend:
                 other.cancel()
             raise
 
-    # ----------------------------------------------------------------------------------------------------- parsing
-
     def _generate_group(self, model: str, prompt_ids: list[int], count: int, seed: int | None) -> list[Completion]:
-        payload = {
-            "model": model,
-            "prompt": prompt_ids,
-            "n": count,
-            **self.sampling.sampling_fields(),
-            "logprobs": 0,
-            **self.structured_outputs,
-            "return_token_ids": True,
-            "return_tokens_as_token_ids": True,
-            **self.sampling.generation_kwargs,
-            **({} if seed is None else {"seed": seed}),
-        }
-        where = f"POST {self.base_url}{_COMPLETIONS_PATH}"
+        """One prompt's group: one completion request, its answer read (bad data logged and counted)."""
+        where = f"POST {self.base_url}{COMPLETIONS_PATH}"
         key = tuple(prompt_ids)
         if key in self._rejected:
             logger.info("%s: not sent: the server rejected this prompt before (its group is left empty)", where)
             return []
-        answer = self._send("POST", _COMPLETIONS_PATH, payload)
+        answer = self._transport.send(
+            "POST", COMPLETIONS_PATH, completion_payload(model, prompt_ids, count, self.sampling, seed)
+        )
         if answer is None:
             return []
         if answer.status >= 400:
@@ -561,20 +360,27 @@ class VLLMServerBackend:
                 "(the prompt is not sent again)"
             )
         try:
-            choices = answer.json()["choices"]
-        except (ValueError, KeyError, TypeError) as exc:
-            return self._bad_group(f"{where} answered without a choices list ({_describe(exc)})")
-        if not isinstance(choices, list):
-            return self._bad_group(f"{where} answered with choices of type {type(choices).__name__}")
-        if len(choices) < count:
-            self._bad_data(f"{where}: short group: got {len(choices)} of {count}")
-        elif len(choices) > count:
-            self._bad_data(f"{where}: long group: got {len(choices)} of {count}, extra ones dropped")
+            choices = answer_choices(answer)
+        except MalformedAnswer as exc:
+            return self._bad_group(f"{where} {exc}")
+        size_problem = group_size_problem(len(choices), count)
+        if size_problem is not None:
+            self._bad_data(f"{where}: {size_problem}")
         group = []
         for choice in choices[:count]:
-            completion = self._parse_choice(choice, prompt_ids, where)
-            if completion is not None:
-                group.append(completion)
+            parsed = parse_choice(choice, prompt_ids, check=self._check, wants_logprobs=self.wants_logprobs)
+            if parsed.problem is not None:
+                self._bad_data(f"{where}: {parsed.problem}")
+            completion = parsed.completion
+            if completion is None:
+                continue
+            if completion.logprobs is not None:
+                unscored = sum(math.isnan(value) for value in completion.logprobs)
+                if unscored:
+                    logger.info(
+                        "%s: %d of %d token logprobs are NaN, kept as NaN", where, unscored, len(completion.logprobs)
+                    )
+            group.append(completion)
         return group
 
     def _bad_data(self, message: str) -> None:
@@ -584,40 +390,3 @@ class VLLMServerBackend:
     def _bad_group(self, message: str) -> list[Completion]:
         self._bad_data(message)
         return []
-
-    def _parse_choice(self, choice: Any, sent_prompt_ids: list[int], where: str) -> Completion | None:
-        """Turn one choice into a `Completion`; None when it is too malformed to be one (logged as bad data)."""
-        if not isinstance(choice, dict) or not _is_token_id_list(choice.get("token_ids")):
-            self._bad_data(f"{where}: choice without a token_ids list (is the server a vLLM with return_token_ids?)")
-            return None
-        token_ids: list[int] = choice["token_ids"]
-        text = choice.get("text")
-        text = text if isinstance(text, str) else ""
-        prompt_ids = choice.get("prompt_token_ids")
-        prompt_ids = prompt_ids if _is_token_id_list(prompt_ids) else sent_prompt_ids
-        problem = self._token_problem(token_ids)
-        if problem is not None:
-            self._bad_data(f"{where}: {problem}, completion marked failed")
-            return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
-        if choice.get("logprobs") is None:
-            if self.wants_logprobs:
-                self._bad_data(f"{where}: no logprobs although they were asked for, completion marked failed")
-                return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
-            return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids)
-        try:
-            logprobs = _sampled_logprobs(choice["logprobs"], token_ids)
-        except ValueError as exc:
-            self._bad_data(f"{where}: {exc}, completion marked failed")
-            return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, failed=True)
-        unscored = sum(math.isnan(value) for value in logprobs)
-        if unscored:
-            logger.info("%s: %d of %d token logprobs are NaN, kept as NaN", where, unscored, len(logprobs))
-        return Completion(text=text, prompt_ids=prompt_ids, completion_ids=token_ids, logprobs=logprobs)
-
-    def _token_problem(self, token_ids: list[int]) -> str | None:
-        if not token_ids:
-            return "empty completion"
-        outside = [t for t in token_ids if t < 0 or t >= self.vocab_size]
-        if outside:
-            return f"token ids {outside[:5]} outside the vocabulary [0, {self.vocab_size})"
-        return None
