@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import importlib.util
-import logging
 import os
-from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,33 +15,24 @@ from trl import GRPOTrainer
 
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.config import maxent_config_from
-from maxent_grpo.objective.listwise import ListwiseObjective, RolloutBatch
-from maxent_grpo.objective.sequence_logps import policy_per_token_logps, sequence_logps
+from maxent_grpo.objective.listwise import ListwiseObjective
 from maxent_grpo.training import metric_restriction
 from maxent_grpo.training.checkpoints import extra_state
 from maxent_grpo.training.checkpoints.resume import latest_complete_checkpoint
 from maxent_grpo.training.combination_checks import check_combinations
-from maxent_grpo.training.dynamic_sampling import DynamicSampler, merge_extra_logs, metric_column
+from maxent_grpo.training.dynamic_sampling import DynamicSampler
 from maxent_grpo.training.empty_batches import EmptyBatchGuard, NoUsableGenerationError
 from maxent_grpo.training.entropy_bonus import scaled_entropy_bonus
 from maxent_grpo.training.generation.async_generation import AsyncGeneration
 from maxent_grpo.training.generation.backends import capabilities, colocate_engine, trl_server_client
-from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
 from maxent_grpo.training.generation.backends.protocol import GenerationBackend
 from maxent_grpo.training.generation.backends.rollout_function import RolloutFunctionBackend
 from maxent_grpo.training.generation.backends.selection import build_backend, weight_transfer_name
-from maxent_grpo.training.generation.completion_format import format_completions
-from maxent_grpo.training.generation.episode_metrics import tool_metrics
-from maxent_grpo.training.generation.episode_setup import (
-    context_length,
-    episode_settings,
-    step_backend,
-    take_over_environments,
-)
-from maxent_grpo.training.generation.episodes import EpisodeBackend
-from maxent_grpo.training.generation.rows import GeneratedRows
-from maxent_grpo.training.generation.step import GenerationStep, GroupAgreement
+from maxent_grpo.training.generation.batch_state import GenerationBatchState
+from maxent_grpo.training.generation.episode_setup import context_length, episode_settings, take_over_environments
+from maxent_grpo.training.generation.trainer_step import generate_batch
 from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
+from maxent_grpo.training.listwise_rollout import rollout_batch
 from maxent_grpo.training.optimizer_window import WindowPlan, WindowPlanner, step_engine_owned_scheduler
 from maxent_grpo.training.reference_model import built_in_process, reference_from_policy
 from maxent_grpo.training.reward_contract import checked
@@ -52,8 +40,6 @@ from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unsco
 from maxent_grpo.training.tied_embeddings import check_tied_output_layer
 
 __all__ = ["MaxEntGRPOTrainer", "NoUsableGenerationError"]
-
-logger = logging.getLogger(__name__)
 
 
 class MaxEntGRPOTrainer(GRPOTrainer):
@@ -86,6 +72,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
       whose saving failed (full disk, Ctrl-C) is removed rather than left looking complete, and a write failure is
       raised as `SaveError` (`training.checkpoints.extra_state`).
     - `_issue_warnings_after_load`: no "missing keys" warning for tied weights a checkpoint rightly leaves out.
+
+    What the generation step decided for a batch (keep masks, texts, rewards) reaches the later hooks through one
+    attribute, ``_batch``, a `GenerationBatchState` (`training.generation.batch_state` says which hook reads what).
 
     While TRL builds: a model built in-process gets its copy as the reference model (`training.reference_model`); a
     colocated vLLM engine runs in ``vllm_dtype`` (`backends.colocate_engine`); with the disk weight transfer, TRL's
@@ -147,41 +136,20 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             else None
         )
         self._last_loaded_step = getattr(self, "_last_loaded_step", -1)
-        self._row_keep: list[bool] | None = None
-        self._global_row_keep: torch.Tensor | None = None
-        self._last_completion_texts: list[str] = []
-        self._last_rewards_per_func: torch.Tensor | None = None
+        self._batch: GenerationBatchState | None = None  # the current batch's; None before the first
         self._empty_batches = EmptyBatchGuard(self.args.generation_max_consecutive_empty_batches)
         self._windows = WindowPlanner(self._prepare_at, self._plan_of)
-        self._vocab_size = len(self._tokenizer)
         # A reward function sees kept rows only, and what it returns for them is checked (`RewardContractError`).
         self.reward_funcs = [
             func
             if isinstance(func, torch.nn.Module)
-            else mask_dropped_rows(checked(func, name), lambda: self._row_keep)
+            else mask_dropped_rows(checked(func, name), lambda: None if self._batch is None else self._batch.keep)
             for func, name in zip(self.reward_funcs, self.reward_func_names, strict=True)
         ]
         listwise = self.args.maxent_objective == "listwise"
         self.listwise = ListwiseObjective.from_config(self.args, self._tokenizer) if listwise else None
-        self._current_inputs: list = []
-        self._precomputed_rewards: torch.Tensor | None = None
-        self.dynamic_sampler = self._build_dynamic_sampler() if self.args.dynamic_sampling else None
+        self.dynamic_sampler = DynamicSampler.of(self) if self.args.dynamic_sampling else None
         self.async_generation = AsyncGeneration.of(self) if self.args.async_generation else None
-
-    def _build_dynamic_sampler(self) -> DynamicSampler:
-        metric = self.args.dynamic_sampling_metric
-        column = metric_column(metric, self.reward_func_names)
-        if self.args.remove_unused_columns:  # the data loader keeps the signature columns only (`_get_dataloader`)
-            self._set_signature_columns_if_needed()
-        return DynamicSampler(
-            self.train_dataset,
-            self.reward_weights,
-            metric_column=column,
-            max_rounds=self.args.dynamic_sampling_max_rounds,
-            error_at_cap=self.args.dynamic_sampling_at_cap == "error",
-            seed=self.args.seed,
-            columns=self._signature_columns if self.args.remove_unused_columns else None,
-        )
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
         """`Trainer.train`, except that ``resume_from_checkpoint=True`` skips checkpoints whose save did not finish
@@ -213,125 +181,42 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             self.async_generation.weights_written(backend.weight_version, self.state.global_step)
 
     def _generate(self, prompts: list) -> tuple:
-        """TRL's `_generate`, its rows from the backend through the generation step (`training.generation.step`)."""
-        mode = "train" if self.model.training else "eval"
-        group_size = self.num_generations if mode == "train" else self.num_generations_eval
-        ahead = self.async_generation
-        replayed = None if ahead is None else ahead.take(self._step, prompts, self.state.global_step, mode == "train")
-        self._sync_backend_weights()
-        collectives = Collectives.of(self.accelerator)
-        check = CompletionCheck(
-            self._vocab_size, needs_logprobs=self.use_vllm and self.vllm_importance_sampling_correction
-        )
-        backend, requests = step_backend(self, copy.deepcopy(prompts), check, collectives)
-        backend = backend if replayed is None else replayed
-        step = GenerationStep(
-            backend,
-            check=check,
-            collectives=collectives,
-            group_size=group_size,
-            max_retry_rounds=self.args.generation_max_retries,
-            placeholder_prompt_id=self._tokenizer.pad_token_id,
-            placeholder_completion_id=self.eos_token_ids[0],
-            step_timeout=self.args.generation_step_timeout,
-        )
-        batch = step.collect(requests)
-        agreement = step.agree(batch)
-        if self.dynamic_sampler is not None and mode == "train":
-            refilled = step.refill(
-                batch,
-                agreement,
-                self.dynamic_sampler,
-                self._current_inputs,
-                self._score_rows,
-                logged_metrics=lambda: bool(self._pending_metrics),
-            )
-            agreement, self._precomputed_rewards = refilled.agreement, refilled.rewards_per_func
-            prompts[:] = copy.deepcopy(batch.prompts)  # TRL scores and logs the caller's list: the replaced prompts
-            for name, value in refilled.outcome.metrics().items():
-                self._metrics["train"][name].append(value)
-
-        rows = step.assemble(batch, agreement)
-        self._row_keep = rows.keep
-        self._global_row_keep = agreement.global_keep
-        self._last_completion_texts = rows.texts
-        step_metrics = step.metrics(batch, agreement, [*self.eos_token_ids, self._tokenizer.pad_token_id])
-        for name, value in step_metrics.values.items():
-            self._metrics[mode][name].append(value)
-        if mode == "train":
-            self.state.num_input_tokens_seen += step_metrics.kept_tokens
-        if ahead is not None and mode == "train":
-            for name, value in ahead.metrics(rows, self.state.global_step, collectives).items():
-                self._metrics[mode][name].append(value)
-            ahead.start_next(self._step, self._sync_backend_weights, last_window=self._in_last_window)
-        self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
-        kept_any = bool(agreement.group_kept.any())
-        self._empty_batches.record(
-            training=mode == "train",
-            kept_any=kept_any,
-            num_groups=len(agreement.group_kept),
-            reasons=step.reasons(batch),  # an episode's failures say why too
-        )
-        if isinstance(backend, EpisodeBackend):
-            # TRL scores each row with its prompt as the episode saw it (the reset observation appended) and hands
-            # reward functions each row's environment.
-            traces = rows.episodes
-            prompts[:] = [
-                prompt if trace is None else trace.prompt for prompt, trace in zip(prompts, traces, strict=True)
-            ]
-            self.environments = None if self.environment_pool is None else [t and t.environment for t in traces]
-            for name, value in tool_metrics(rows, backend.failures, collectives).items():
-                self._metrics[mode][name].append(value)
-        completions = self._format_completions(prompts, rows)
+        """TRL's `_generate`, its rows from the backend through the generation step (`generation.trainer_step`); what
+        the step decided is the batch's state from now on (`self._batch`, read by the later hooks)."""
+        generated = generate_batch(self, prompts)
+        self._batch, rows = generated.state, generated.rows
+        prompts[:] = generated.prompts  # TRL scores and logs the caller's list: the replaced or episodes' prompts
         fields = rows.reward_fields()
-        return rows.prompt_ids, rows.completion_ids, rows.tool_mask(), completions, rows.logprobs, fields, None, []
-
-    def _format_completions(self, prompts: Sequence[Any], rows: GeneratedRows) -> list:
-        messages = [None if trace is None else trace.messages for trace in rows.episodes]
-        return format_completions(
-            self._tokenizer, prompts, rows.prompt_ids, rows.completion_ids, rows.texts, rows.keep, messages
+        return (
+            rows.prompt_ids,
+            rows.completion_ids,
+            rows.tool_mask(),
+            generated.completions,
+            rows.logprobs,
+            fields,
+            None,
+            [],
         )
-
-    def _score_rows(
-        self, prompts: list, rows: GeneratedRows, agreement: GroupAgreement, rows_to_score: Sequence[bool] | None
-    ) -> torch.Tensor:
-        """Dynamic sampling's scorer: TRL's reward functions on the kept rows marked in ``rows_to_score`` (None: the
-        final scoring of every row, whose ``log_metric`` values replace the rounds'); ``log_extra`` columns keep, for
-        rows not scored this round, the values of the round that scored them."""
-        if rows_to_score is None:
-            rows_to_score = [True] * len(prompts)
-            self._pending_metrics.clear()
-        self._row_keep = [k and s for k, s in zip(agreement.keep, rows_to_score, strict=True)]
-        earlier = {column: list(values) for column, values in self._pending_extra_logs.items()}
-        self._pending_extra_logs.clear()
-        with silence_unscorable_warning():
-            completions = self._format_completions(prompts, rows)
-            rewards_per_func = GRPOTrainer._calculate_rewards(
-                self, self._current_inputs, prompts, completions, rows.completion_ids
-            )
-        merged = merge_extra_logs(earlier, dict(self._pending_extra_logs), rows_to_score)
-        self._pending_extra_logs.clear()
-        self._pending_extra_logs.update(merged)
-        return rewards_per_func
 
     # ------------------------------------------------------------------------------------------------ rewards
     def _calculate_rewards(self, inputs: list, prompts: list, completions: list, completion_ids_list: list):
-        if self._precomputed_rewards is not None:  # dynamic sampling already scored the final rows
-            rewards_per_func, self._precomputed_rewards = self._precomputed_rewards, None
-            self._last_rewards_per_func = rewards_per_func
-            return rewards_per_func
-        keep = self._global_row_keep
-        if keep is None or bool(keep.all()):
+        batch = self._batch
+        if batch is None:  # outside a batch: nothing was dropped, nothing to record
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if batch.rewards_per_func is not None:  # dynamic sampling already scored the final rows
+            return batch.rewards_per_func
+        keep = batch.global_keep
+        if not batch.dropped_any:
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         else:
             with silence_unscorable_warning():
                 rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
             unscore_dropped_rows(rewards_per_func, keep)
-        self._last_rewards_per_func = rewards_per_func
+        self._batch = batch.with_rewards(rewards_per_func)
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs: list) -> dict[str, Any]:
-        self._current_inputs = inputs  # dynamic sampling replaces rows (prompt and columns together) in place
+        self._batch = GenerationBatchState(inputs)  # dynamic sampling replaces rows (prompt and columns) in place
         if self.environment_pool is not None:
             # Episodes reset their own environments; `_generate` hands TRL this batch's, for reward functions.
             self.environments = None
@@ -343,8 +228,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             ]
         with metric_restriction.completion_logs_of_one_batch(self._logs) as restrict_completion_logs:
             output = self._score_kept_rows(inputs)
-            if self._global_row_keep is not None and not bool(self._global_row_keep.all()):
-                restrict_completion_logs(self._global_row_keep.tolist())
+            batch = self._batch
+            if batch.dropped_any:
+                restrict_completion_logs(batch.global_keep.tolist())
         return output
 
     def _score_kept_rows(self, inputs: list) -> dict[str, Any]:
@@ -353,46 +239,20 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         metrics = self._metrics[mode]
         logged_before = {name: len(values) for name, values in metrics.items()}
         output = super()._generate_and_score_completions(inputs)
-        global_keep = self._global_row_keep
-        output[ROW_KEEP_KEY] = torch.tensor(self._row_keep, dtype=torch.bool, device=self.accelerator.device)
-        if self.listwise is not None:
-            output["advantages"] = self._listwise_advantages(output, mode)
-        if global_keep is not None and not bool(global_keep.all()):
+        batch = self._batch  # what this batch's `_generate` and `_calculate_rewards` decided
+        output[ROW_KEEP_KEY] = torch.tensor(batch.keep, dtype=torch.bool, device=self.accelerator.device)
+        if self.listwise is not None:  # the MaxEnt listwise advantages replace TRL's (`objective.listwise`)
+            step = self.listwise.step(rollout_batch(self, output, batch), Collectives.of(self.accelerator))
+            self.beta, output["advantages"] = step.beta, step.advantages
+            for name, value in step.metrics.items():
+                metrics[name].append(value)
+            metric_restriction.replace_logged_advantages(self._logs, step.all_advantages.tolist())
+        if batch.dropped_any:
             group_size = self.num_generations if mode == "train" else self.num_generations_eval
-            metric_restriction.restrict_batch_metrics(metrics, logged_before, output, global_keep, self, group_size)
+            metric_restriction.restrict_batch_metrics(
+                metrics, logged_before, output, batch.global_keep, batch.rewards_per_func, self, group_size
+            )
         return output
-
-    def _listwise_advantages(self, output: dict[str, Any], mode: str) -> torch.Tensor:
-        """This process's MaxEnt listwise advantages for the batch TRL just scored (`objective.listwise`)."""
-        args = self.args
-        sampling_forward = partial(
-            policy_per_token_logps,
-            self._get_per_token_logps_and_entropies,
-            self.model,
-            batch_size=args.per_device_train_batch_size,
-            gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
-        )
-        batch = RolloutBatch(
-            rewards_per_func=self._last_rewards_per_func,
-            reward_weights=self.reward_weights,
-            row_keep=self._global_row_keep,
-            completion_mask=output["completion_mask"] * output.get("tool_mask", 1),
-            completion_ids=output["completion_ids"],
-            texts=self._last_completion_texts,
-            ref_per_token_logps=output.get("ref_per_token_logps"),
-            group_size=self.num_generations if mode == "train" else self.num_generations_eval,
-            beta=self.beta,
-            training=mode == "train",
-            global_step=self.state.global_step,
-            max_steps=self.state.max_steps,
-            sampling_logps=partial(sequence_logps, output, sampling_forward),
-        )
-        step = self.listwise.step(batch, Collectives.of(self.accelerator))
-        self.beta = step.beta
-        for name, value in step.metrics.items():
-            self._metrics[mode][name].append(value)
-        metric_restriction.replace_logged_advantages(self._logs, step.all_advantages.tolist())
-        return step.advantages
 
     # ------------------------------------------------------------------------------------- optimizer windows
     def get_batch_samples(self, epoch_iterator, num_batches, device):

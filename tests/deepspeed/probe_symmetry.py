@@ -75,7 +75,7 @@ class RecordingTrainer(MaxEntGRPOTrainer):
         result = super()._generate(prompts)
         self.records.append(
             {
-                "global_keep": self._global_row_keep.tolist(),
+                "global_keep": self._batch.global_keep.tolist(),
                 "calls": self.generation_backend.calls[calls_before:],
             }
         )

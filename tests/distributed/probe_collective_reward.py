@@ -44,9 +44,9 @@ class RewardRecorder(MaxEntGRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         self.recorded.append(
             {
-                "rewards": self._last_rewards_per_func[:, 0].tolist(),
-                "texts": list(self._last_completion_texts),
-                "global_keep": self._global_row_keep.tolist(),
+                "rewards": self._batch.rewards_per_func[:, 0].tolist(),
+                "texts": list(self._batch.texts),
+                "global_keep": self._batch.global_keep.tolist(),
             }
         )
         return output

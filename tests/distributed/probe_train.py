@@ -48,8 +48,8 @@ class RecordingTrainer(MaxEntGRPOTrainer):
         self.records.append(
             {
                 "prompts": list(prompts),
-                "keep": list(self._row_keep),
-                "global_keep": self._global_row_keep.tolist(),
+                "keep": list(self._batch.keep),
+                "global_keep": self._batch.global_keep.tolist(),
                 "backend_calls": len(self.generation_backend.calls) - calls_before,
             }
         )

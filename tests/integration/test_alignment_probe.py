@@ -59,7 +59,7 @@ def test_generate_rows_belong_to_their_prompts(tmp_path):
     prompts = [f"p{i}:" for i in range(4) for _ in range(4)]
     prompt_ids, completion_ids, tool_mask, completions, *_ = trainer._generate(prompts)
     assert len(prompt_ids) == len(completion_ids) == len(completions) == len(prompts)  # I1
-    keep = trainer._row_keep
+    keep = trainer._batch.keep
     assert not all(keep), "with these faults and no retries some group must be dropped"
     assert tool_mask is not None
     for i, prompt in enumerate(prompts):

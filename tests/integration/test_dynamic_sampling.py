@@ -32,7 +32,7 @@ class HalfConstantReward:
 class RewardRecorder(MaxEntGRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
-        self.trained_rewards.append(self._last_rewards_per_func[:, 0].clone())
+        self.trained_rewards.append(self._batch.rewards_per_func[:, 0].clone())
         self.trained_prompts.append([row["prompt"] for row in inputs])
         return output
 

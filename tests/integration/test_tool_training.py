@@ -98,6 +98,22 @@ def test_retry_policy_makes_raising_tools_failed_episodes(tmp_path):
     assert "tools/call_frequency" not in trainer.state.log_history[0]  # no kept row to measure
 
 
+def _scripted_game_trainer(tmp_path, environment_factory):
+    """A trainer on ``environment_factory``'s game whose backend guesses 3 on every first turn."""
+    tokenizer = game_tokenizer()
+    model = build_tiny_model(tokenizer, max_position_embeddings=1024)
+    args = tiny_config(tmp_path, per_device_train_batch_size=8, num_generations=2, max_completion_length=128)
+    return RecordingTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=[aligned_game_reward],
+        args=args,
+        train_dataset=game_dataset(),
+        environment_factory=environment_factory,
+        generation_backend=ScriptedGuesser(tokenizer, script=(3,)),
+    )
+
+
 def test_raising_reset_is_a_failed_episode(tmp_path):
     class BrokenOnOddSecrets(FlakyGuessGame):
         def reset(self, secret: int, **kwargs) -> str:
@@ -105,18 +121,7 @@ def test_raising_reset_is_a_failed_episode(tmp_path):
                 raise ConnectionError("environment server went away")
             return super().reset(secret, **kwargs)
 
-    tokenizer = game_tokenizer()
-    model = build_tiny_model(tokenizer, max_position_embeddings=1024)
-    args = tiny_config(tmp_path, per_device_train_batch_size=8, num_generations=2, max_completion_length=128)
-    trainer = RecordingTrainer(
-        model=model,
-        processing_class=tokenizer,
-        reward_funcs=[aligned_game_reward],
-        args=args,
-        train_dataset=game_dataset(),
-        environment_factory=BrokenOnOddSecrets,
-        generation_backend=ScriptedGuesser(tokenizer, script=(3,)),
-    )
+    trainer = _scripted_game_trainer(tmp_path, BrokenOnOddSecrets)
     trainer.train()
     assert _logged(trainer, "generation/dropped_prompts") == [2.0, 2.0]  # the odd secrets' groups
     for _, _, tool_mask, _, *_ in trainer.generated:
@@ -134,18 +139,7 @@ class AsyncResetGame(FlakyGuessGame):
 
 
 def test_an_async_reset_runs_on_an_event_loop_without_any_async_tool_or_reward(tmp_path):
-    tokenizer = game_tokenizer()
-    model = build_tiny_model(tokenizer, max_position_embeddings=1024)
-    args = tiny_config(tmp_path, per_device_train_batch_size=8, num_generations=2, max_completion_length=128)
-    trainer = RecordingTrainer(
-        model=model,
-        processing_class=tokenizer,
-        reward_funcs=[aligned_game_reward],
-        args=args,
-        train_dataset=game_dataset(),
-        environment_factory=AsyncResetGame,
-        generation_backend=ScriptedGuesser(tokenizer, script=(3,)),
-    )
+    trainer = _scripted_game_trainer(tmp_path, AsyncResetGame)
     trainer.train()
     assert _logged(trainer, "generation/dropped_prompts") == [0.0, 0.0]
     assert _logged(trainer, "tools/failed_episodes") == [0.0, 0.0]  # every reset ran and returned its observation
@@ -253,7 +247,7 @@ def test_listwise_takes_an_episode_as_one_candidate_keyed_by_its_final_answer(tm
         tmp_path, backend, tokenizer, tool_timeout=0.5, maxent_objective="listwise", maxent_mode_key="last_line"
     )
     trainer.train()
-    assert trainer._last_completion_texts == ["done"] * 8  # the final answers, which the mode key reads
+    assert trainer._batch.texts == ["done"] * 8  # the final answers, which the mode key reads
     assert _logged(trainer, "maxent/weight_entropy")
     assert sum(_logged(trainer, "tools/failed_episodes")) > 0
 

@@ -13,9 +13,12 @@ give its command line and environment for a weight transfer (``vllm_weight_trans
 Arguments after the model are passed on to vLLM unchanged (``--dtype``, ``--max-model-len``, ...).
 
 The server never outlives the command: Ctrl-C, SIGTERM (a job scheduler, ``kill``) and SIGHUP (the terminal or ssh
-session closed) end the command and its server's whole process group; if the command itself is killed (SIGKILL, out
-of memory), the server is sent SIGTERM by the kernel (Linux's parent-death signal) and shuts its engine down. A port
-something already listens on is refused before the server starts, so the ready line only ever names this server.
+session closed; unless the command was started under ``nohup``) end the command and its server's whole process
+group; if the command itself is killed (SIGKILL, out of memory), the server is sent SIGTERM by the kernel (Linux's
+parent-death signal) and shuts its engine down. The ready line only ever names this server: a port something
+already listens on is refused before the server starts, and a port another process listens on too once the server is
+ready (a server that was still starting there: vLLM binds with ``SO_REUSEPORT`` long before it listens) ends the
+command.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import requests
 
@@ -42,6 +46,7 @@ _POLL_SECONDS = 1.0
 _GRACE_SECONDS = 30.0
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # ended like Ctrl-C
+_TCP_LISTEN = "0A"  # the state column of /proc/net/tcp
 
 
 def serve_command(
@@ -106,17 +111,62 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def port_in_use(host: str, port: int) -> str | None:
-    """Why the server could not listen on ``host:port`` (something already does, or the address is not this
-    machine's), or None when it can: a bind with the options a server sets (``SO_REUSEADDR``, as uvicorn does)."""
+    """Why the server could not listen on ``host:port`` (something already listens there or holds it bound without
+    ``SO_REUSEADDR``, or the address is not this machine's), or None when it can.
+
+    The probe binds as a server does (``SO_REUSEADDR``) and listens. A vLLM server still starting (bound with
+    ``SO_REUSEPORT``, not listening yet) passes it; `_other_listeners` catches that one once this server is ready.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
+            probe.listen(1)
         except OSError as error:
             if error.errno == errno.EADDRINUSE:
                 return f"port {port} on {host} is already in use (another server?)"
             return f"cannot listen on {host}:{port}: {error.strerror}"
+    return None
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """The socket inodes of every TCP socket of this machine listening on ``port`` (``/proc/net/tcp*``)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                if fields[3] == _TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(fields[9])
+    return inodes
+
+
+def _group_inodes(group: int) -> set[str]:
+    """The socket inodes the processes of process group ``group`` hold open."""
+    inodes = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) != group:
+                continue
+            for fd in (stat.parent / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    return inodes
+
+
+def _other_listeners(group: int, options: argparse.Namespace) -> str | None:
+    """Why the ready server is not ours alone: another process listens on the port too (vLLM binds with
+    ``SO_REUSEPORT``, so a server started on a port another one was still starting on shares it, and the kernel
+    splits connections between them). None when every listener is the server's own, or where ``/proc`` has no
+    socket tables (not Linux)."""
+    listeners = _listening_inodes(options.port)
+    if not listeners:
+        return None
+    others = listeners - _group_inodes(group)
+    if others:
+        return f"port {options.port} on {options.host} is also served by another process (another server?)"
     return None
 
 
@@ -141,14 +191,20 @@ def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str
         vllm_args=vllm_args,
     )
     every_address = options.host in ("0.0.0.0", "::")
-    base_url = f"http://{'127.0.0.1' if every_address else options.host}:{options.port}"
+    address = "127.0.0.1" if every_address else f"[{options.host}]" if ":" in options.host else options.host
+    base_url = f"http://{address}:{options.port}"
     busy = port_in_use(options.host, options.port)
     if busy is not None:
         return 1, busy
     print(" ".join(command), flush=True)
     # The server and its engine process in a process group of their own, ended together by `_stop`; SIGTERM and
     # SIGHUP end this command the way Ctrl-C does, so the server goes with it (see the module docstring).
-    previous = {number: signal.signal(number, _interrupt) for number in _ENDING_SIGNALS}
+    # A signal the command was started ignoring (`nohup`: SIGHUP) stays ignored, as Python leaves an ignored SIGINT.
+    previous = {
+        number: signal.signal(number, _interrupt)
+        for number in _ENDING_SIGNALS
+        if signal.getsignal(number) is not signal.SIG_IGN
+    }
     parent = os.getpid()
     process = subprocess.Popen(
         command,
@@ -156,7 +212,7 @@ def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str
         preexec_fn=lambda: _die_with_parent(parent),
     )
     try:
-        problem = wait_until_ready(process, base_url, options.ready_timeout)
+        problem = wait_until_ready(process, base_url, options.ready_timeout) or _other_listeners(process.pid, options)
         if problem is not None:
             return 1, problem
         elsewhere = f" (from other machines: http://{socket.gethostname()}:{options.port})" if every_address else ""

@@ -153,6 +153,23 @@ class DynamicSampler:
         self.columns = None if columns is None else frozenset(columns)
         self.generation_batches = 0
 
+    @classmethod
+    def of(cls, trainer: Any) -> DynamicSampler:
+        """The sampler a `GRPOTrainer` with ``dynamic_sampling`` uses: its data set, reward weights and config."""
+        args = trainer.args
+        column = metric_column(args.dynamic_sampling_metric, trainer.reward_func_names)
+        if args.remove_unused_columns:  # the data loader keeps the signature columns only (`_get_dataloader`)
+            trainer._set_signature_columns_if_needed()
+        return cls(
+            trainer.train_dataset,
+            trainer.reward_weights,
+            metric_column=column,
+            max_rounds=args.dynamic_sampling_max_rounds,
+            error_at_cap=args.dynamic_sampling_at_cap == "error",
+            seed=args.seed,
+            columns=trainer._signature_columns if args.remove_unused_columns else None,
+        )
+
     def row(self, index: int) -> dict[str, Any]:
         """The data set's row ``index`` as the data loader hands it out (its columns filtered alike)."""
         row = self.dataset[index]

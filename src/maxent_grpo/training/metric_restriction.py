@@ -146,19 +146,20 @@ def restrict_batch_metrics(
     logged_before: Mapping[str, int],
     output: dict[str, Any],
     global_keep: torch.Tensor,
+    rewards_per_func: torch.Tensor | None,
     trainer: Any,
     group_size: int,
 ) -> None:
-    """TRL's metrics of the batch a `GRPOTrainer` just scored, over its kept rows (``global_keep``, [N]) only: absent
-    when none is kept, else `frac_reward_zero_std` over kept groups (TRL's per-group scaling) and, with TRL's
-    importance-sampling correction, its `sampling/*` statistics (a collective)."""
+    """TRL's metrics of the batch a `GRPOTrainer` just scored (its rewards ``rewards_per_func``, [N, F]), over its
+    kept rows (``global_keep``, [N]) only: absent when none is kept, else `frac_reward_zero_std` over kept groups
+    (TRL's per-group scaling) and, with TRL's importance-sampling correction, its `sampling/*` statistics (a
+    collective)."""
     if not bool(global_keep.any()):
         forget_unkept_batch(metrics, logged_before)
         return
     per_group = trainer.multi_objective_aggregation == "sum_then_normalize" and trainer.scale_rewards != "batch"
     if per_group and group_size >= 2:
-        rewards = trainer._last_rewards_per_func
-        restrict_zero_std_fraction(metrics, rewards, trainer.reward_weights, global_keep, group_size)
+        restrict_zero_std_fraction(metrics, rewards_per_func, trainer.reward_weights, global_keep, group_size)
     if trainer.use_vllm and trainer.vllm_importance_sampling_correction:
         restrict_sampling_metrics(metrics, output, trainer.accelerator.gather)
 

@@ -46,21 +46,27 @@ def read_extra_state(checkpoint: str | None) -> dict[str, Any] | None:
 def saving_checkpoint(folder: str, *, writes: bool, barrier: Callable[[], None]) -> Iterator[None]:
     """Save a checkpoint into ``folder`` inside this block, so that a failed save leaves no false checkpoint.
 
-    A ``folder`` that already exists (a run resumed from an earlier checkpoint saving a step that the earlier run
-    saved too) is first moved aside, to ``_replaced-<name>`` beside it (a name nothing resumes from, rotates or
-    uploads to the Hub), so the save never writes new files beside old ones. If the save fails before the checkpoint
-    is complete (`trainer_state.json`, written last), the partial folder is removed and the earlier checkpoint put
-    back as it was; once it succeeds, the earlier one is deleted. Only the process that writes (``writes``,
-    `TrainingArguments.should_save`) moves and removes folders; ``barrier`` (every process calls this together) keeps
-    the others from writing into ``folder`` before it is moved aside.
+    A ``folder`` that already exists (a run resumed from an earlier checkpoint saving a step that the earlier run saved
+    too) is first moved aside, to ``_replaced-<name>`` beside it (a name nothing resumes from, rotates or uploads to
+    the Hub), so the save never writes new files beside old ones. If the save fails before the checkpoint is complete
+    (`trainer_state.json`, written last), the partial folder is removed and the earlier checkpoint put back as it was;
+    once it succeeds on every process, the earlier one is deleted. A save killed mid-way (SIGKILL, preemption) leaves
+    the earlier checkpoint aside; the next save of that step puts it back before anything else. Only the process that
+    writes (``writes``, `TrainingArguments.should_save`) moves and removes folders; ``barrier`` (every process calls
+    this together) keeps the others from writing into ``folder`` before it is moved aside.
 
     A write failure (full disk, quota) is raised as one `SaveError` naming the checkpoint; anything else,
     KeyboardInterrupt included, is re-raised as it was once the partial folder is gone.
     """
     aside = os.path.join(os.path.dirname(folder), f"_replaced-{os.path.basename(folder)}")
+    if writes and os.path.isdir(aside):  # a save killed mid-way: the complete checkpoint it was replacing wins
+        if os.path.exists(os.path.join(folder, TRAINER_STATE_NAME)):
+            shutil.rmtree(aside)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            os.replace(aside, folder)
     replaces = writes and os.path.isdir(folder)
     if replaces:
-        shutil.rmtree(aside, ignore_errors=True)  # what a save killed mid-way left
         os.replace(folder, aside)
     barrier()
     try:
@@ -80,6 +86,7 @@ def saving_checkpoint(folder: str, *, writes: bool, barrier: Callable[[], None])
         if failure is not None:
             raise failure from error
         raise
+    barrier()  # every process has written its part of the new checkpoint
     if replaces:
         shutil.rmtree(aside, ignore_errors=True)
 

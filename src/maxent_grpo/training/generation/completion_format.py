@@ -20,6 +20,8 @@ from transformers import PreTrainedTokenizerBase
 from trl.chat_template_utils import parse_response
 from trl.data_utils import is_conversational
 
+from maxent_grpo.training.generation.rows import GeneratedRows
+
 
 def _has_response_parser(tokenizer: PreTrainedTokenizerBase) -> bool:
     """Whether ``tokenizer`` can parse responses: a new-style ``response_template`` or a legacy ``response_schema``."""
@@ -69,3 +71,11 @@ def format_completions(
         [parse_response(tokenizer, list(ids), prefix=list(prefix)) if kept else {"role": "assistant", "content": ""}]
         for prefix, ids, kept in zip(prompt_ids, completion_ids, keep, strict=True)
     ]
+
+
+def row_completions(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[Any], rows: GeneratedRows) -> list:
+    """`format_completions` for a generation step's rows [B] (an episode's own messages included)."""
+    messages = [None if trace is None else trace.messages for trace in rows.episodes]
+    return format_completions(
+        tokenizer, prompts, rows.prompt_ids, rows.completion_ids, rows.texts, rows.keep, messages
+    )

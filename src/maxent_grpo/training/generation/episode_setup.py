@@ -1,12 +1,12 @@
 """Build episodes' settings and environment pool from what TRL 1.16's `GRPOTrainer.__init__` prepared.
 
-TRL's init already does the tool work worth keeping: it probes each environment (``reset`` required, its public
-methods become tools, a ``get_reward`` becomes a reward function named after the class), sets the tokenizer's response
-parser (`add_response_schema`), swaps in a prefix-preserving training chat template where needed, checks the template
-can render tool calls and starts the event loop async tools run on. These functions only read that state (except
-that TRL starts that loop only for async reward functions and standalone tools: `take_over_environments` starts it
-too when an environment's ``reset`` or tool is async); the per-row environment resets TRL would do before generating
-are taken over by the episodes (`take_over_environments`).
+TRL's init already does the tool work worth keeping: it probes each environment (``reset`` required, its public methods
+become tools, a ``get_reward`` becomes a reward function named after the class), sets the tokenizer's response parser
+(`add_response_schema`), swaps in a prefix-preserving training chat template where needed, checks the template can
+render tool calls and starts the event loop async tools run on. These functions only read that state (except that TRL
+starts that loop only for async reward functions and tools, an environment's tools included, not for an async
+``reset``: `take_over_environments` starts it then); the per-row environment resets TRL would do before generating are
+taken over by the episodes (`take_over_environments`).
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ def take_over_environments(trainer: GRPOTrainer) -> EnvironmentPool | None:
 
     Sets the trainer's ``environment_factories`` to None, so that TRL's ``_generate_and_score_completions`` neither
     draws nor resets instances per row: each episode draws and resets its own (and a retried episode a fresh one).
-    When an environment's ``reset`` or a tool method is ``async def`` and TRL started no event loop (it does only for
-    async reward functions and standalone tools), the loop is started here, as TRL starts it.
+    When an environment's ``reset`` (or a tool method) is ``async def`` and TRL started no event loop (it does for
+    async reward functions and tools only), the loop is started here, as TRL starts it. The probe instances TRL built
+    (one per environment) are what is looked at: a factory that returns instances of several classes is judged by
+    its first.
     """
     factories = trainer.environment_factories
     if factories is None:
@@ -127,5 +129,5 @@ def step_backend(
         check=check,
         any_process=collectives.any,
     )
-    rows = trainer._current_inputs
+    rows = [] if trainer._batch is None else trainer._batch.inputs
     return backend, [EpisodePrompt(prompt, row) for prompt, row in zip(prompts, rows, strict=True)]

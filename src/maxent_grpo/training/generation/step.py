@@ -1,8 +1,8 @@
 """One generation step of one process: collect, agree across processes, refill, lay out TRL's rows.
 
 `GenerationStep` owns every round of a step, so it can be tested without a trainer: it takes the backend, the
-completion check and the collective operations it needs, and returns rows plus metrics. The trainer keeps only TRL's
-hooks (`_generate`, reward scoring) around it.
+completion check and the collective operations it needs, and `run` returns rows plus metrics. The trainer's side of
+the step (weights, logging, episodes) is `trainer_step`.
 
 Symmetry (invariant I7): every process makes the same sequence of backend calls and collectives whatever failed
 where. The first call and each retry round are one backend call on every process (see `collect`); whether a retry
@@ -81,6 +81,38 @@ class RefillResult:
     outcome: RefillOutcome
 
 
+@dataclass(frozen=True)
+class Refill:
+    """Dynamic sampling's part of a step: the sampler, the batch's dataset rows (replaced in place), the scorer, and
+    whether a reward function logged a metric on this process (see `GenerationStep.refill`)."""
+
+    sampler: DynamicSampler
+    inputs: list[dict[str, Any]]
+    score: RowScorer
+    logged_metrics: Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one step left on this process.
+
+    Attributes:
+        prompts: the step's requests [B], dynamic sampling's replacements in place of the groups it replaced.
+        rows: TRL's rows [B].
+        agreement: the groups every process kept.
+        metrics: the step's metrics.
+        refilled: what dynamic sampling left, or None without it.
+        reasons: why slots came back missing (see `GenerationStep.reasons`).
+    """
+
+    prompts: list[Any]
+    rows: GeneratedRows
+    agreement: GroupAgreement
+    metrics: StepMetrics
+    refilled: RefillResult | None
+    reasons: list[str]
+
+
 class GenerationStep:
     """The rounds of one generation step on one process; see the module docstring.
 
@@ -118,6 +150,21 @@ class GenerationStep:
         self.placeholder_completion_id = placeholder_completion_id
         self.deadline = None if step_timeout is None else time.monotonic() + step_timeout
         self._backend_counts = weight_counts(backend)
+
+    def run(self, requests: list[Any], *, stop_ids: Sequence[int], refill: Refill | None = None) -> StepResult:
+        """The whole step: collect (with retries), agree, refill with ``refill``, assemble, and the metrics
+        (``stop_ids``: the ids that end a completion; a kept completion ending otherwise counts as clipped)."""
+        batch = self.collect(requests)
+        agreement = self.agree(batch)
+        refilled = None
+        if refill is not None:
+            refilled = self.refill(
+                batch, agreement, refill.sampler, refill.inputs, refill.score, logged_metrics=refill.logged_metrics
+            )
+            agreement = refilled.agreement
+        rows = self.assemble(batch, agreement)
+        metrics = self.metrics(batch, agreement, stop_ids)
+        return StepResult(batch.prompts, rows, agreement, metrics, refilled, self.reasons(batch))
 
     def collect(self, prompts: list[Any]) -> LocalBatch:
         """First call plus retries for this process's rows (TRL's layout: G consecutive rows per prompt)."""

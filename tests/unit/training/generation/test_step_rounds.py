@@ -286,3 +286,21 @@ def test_a_backend_that_stops_generation_on_one_process_stops_the_step_on_every_
     assert not any(thread.is_alive() for thread in threads), "a process waited in a collective the other skipped"
     assert [str(error) for error in errors] == ["the server refuses the weights"] * 2
     assert len(backends[0].calls) == len(backends[1].calls) == 3  # the same rounds on both: first call + 2 retries
+
+
+def test_run_collects_agrees_assembles_and_counts_in_one_call():
+    backend = FlakyBackend([1])  # the first call comes back one short for every prompt; no retry round
+    step = GenerationStep(
+        backend,
+        check=ok,
+        collectives=Collectives.single(),
+        group_size=2,
+        max_retry_rounds=0,
+        placeholder_prompt_id=0,
+        placeholder_completion_id=1,
+    )
+    result = step.run(["a", "a", "b", "b"], stop_ids=[2])
+    assert backend.calls == [[2, 2]]
+    assert result.prompts == ["a", "a", "b", "b"] and result.refilled is None
+    assert result.rows.keep == [False] * 4 and result.agreement.global_keep.tolist() == [False] * 4
+    assert result.metrics.values["generation/dropped_prompts"] == 2.0 and result.metrics.kept_tokens == 0

@@ -365,7 +365,7 @@ class ServerWeightSync:
         self._refused = WeightsRefused(message)
         try:
             marker = {"new_version": f"{self.version}{_REFUSED_SUFFIX}"}
-            self._exchange("POST", "/update_weight_version", marker, _VERSION_TIMEOUT_SECONDS)
+            self._exchange("POST", "/update_weight_version", marker, _VERSION_TIMEOUT_SECONDS, within_step=False)
         except TRANSIENT_ERRORS as exc:
             logger.info("could not mark the refused version on %s: %s", self.base_url, exc)
         raise self._refused

@@ -4,6 +4,8 @@ one line after the whole walk."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +34,7 @@ def test_a_version_is_written_whole_and_replaces_the_older_ones(tmp_path: Path):
     second = directory.write("2-run", ((name, 2 * t) for name, t in TENSORS.items()))
 
     assert second == directory.path("2-run") and not first.exists()
-    assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["notes.txt", "weights-2-run"]
+    assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == [".run-run.lock", "notes.txt", "weights-2-run"]
     loaded = read(second)
     assert loaded.keys() == TENSORS.keys() and all(torch.equal(loaded[n], 2 * t) for n, t in TENSORS.items())
 
@@ -54,24 +56,40 @@ def test_a_write_that_fails_midway_leaves_nothing_of_its_version(tmp_path: Path)
 
     with pytest.raises(OSError, match="No space left"):
         directory.write("2-run", failing())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["weights-1-run"]  # the last good version stays
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run-run.lock", "weights-1-run"]  # the last good stays
 
 
-def test_what_an_interrupted_write_left_is_removed_by_the_next_one(tmp_path: Path):
-    (tmp_path / ".incomplete-weights-7-run").mkdir()
+def test_what_an_ended_run_left_is_removed_by_the_next_write_and_a_live_runs_versions_stay(tmp_path: Path):
+    # A run that has ended (its process exited, its lock with it): a version and a write it never finished.
+    script = (
+        "import sys, torch\nfrom maxent_grpo.training.generation.backends.weight_directory import WeightDirectory\n"
+        "WeightDirectory(sys.argv[1]).write('3-ended', [('w', torch.ones(2))])\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True)
+    (tmp_path / ".incomplete-weights-4-ended").mkdir()
+    (tmp_path / "weights-1-nolock").mkdir()  # written by a run that never took a lock
+    live = WeightDirectory(tmp_path)
+    live.write("1-live", TENSORS.items())
     WeightDirectory(tmp_path).write("8-run", TENSORS.items())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["weights-8-run"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".run-live.lock",
+        ".run-run.lock",
+        "weights-1-live",
+        "weights-8-run",
+    ]
 
 
 def test_runs_sharing_a_directory_remove_only_their_own_versions(tmp_path: Path):
-    directory = WeightDirectory(tmp_path)
-    directory.write("1-runa", TENSORS.items())
+    run_a, run_b, run_c = WeightDirectory(tmp_path), WeightDirectory(tmp_path), WeightDirectory(tmp_path)
+    run_a.write("1-runa", TENSORS.items())
+    run_c.write("1-runc", TENSORS.items())
     (tmp_path / ".incomplete-weights-2-runc").mkdir()  # run c writing its next version right now
-    directory.write("1-runb", TENSORS.items())
-    directory.write("2-runa", TENSORS.items())
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+    run_b.write("1-runb", TENSORS.items())
+    run_a.write("2-runa", TENSORS.items())
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [
         ".incomplete-weights-2-runc",
         "weights-1-runb",
+        "weights-1-runc",
         "weights-2-runa",
     ]
 
@@ -79,7 +97,7 @@ def test_runs_sharing_a_directory_remove_only_their_own_versions(tmp_path: Path)
 def test_no_tensors_is_refused(tmp_path: Path):
     with pytest.raises(ValueError, match="no tensors to write"):
         WeightDirectory(tmp_path).write("1-run", [])
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [".run-run.lock"]  # no version, only the run's mark
 
 
 def sync_writing_to(root: Path, walked: list[str]) -> ServerWeightSync:
