@@ -20,9 +20,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from maxent_grpo.training.generation.backends.http_deadline import DeadlineAdapter
-from maxent_grpo.training.generation.backends.server_weight_sync import ServerWeightSync, parameters
-from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
 from tests.support.server_logprobs import server_logprobs
+from tests.support.weight_sync import single_try_sync
 
 STAGES = ("/pause", "/collective_rpc", "/reset_prefix_cache")
 ENDINGS: dict[str, Callable[[], BaseException]] = {
@@ -54,17 +53,7 @@ def test_a_push_ended_after_the_pause_leaves_the_server_generating(
     session.mount("http://", DeadlineAdapter())
     end = EndOnceAnswered(stage, ENDINGS[ending])
     session.hooks["response"].append(end)
-    sync = ServerWeightSync(
-        shared_server.base_url,
-        session,
-        WeightDirectory(tmp_path / "weights"),
-        source=parameters,
-        request_timeout=30.0,
-        max_attempts=1,
-        backoff=lambda attempt: None,
-        time_left=lambda: float("inf"),
-        count=lambda stat: None,
-    )
+    sync = single_try_sync(shared_server.base_url, tmp_path / "weights", session=session)
     sync.write(model)
     if ending == "ctrl-c":
         with pytest.raises(KeyboardInterrupt):

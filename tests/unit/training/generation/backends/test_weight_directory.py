@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 import torch
 from safetensors.torch import load_file
 
 from maxent_grpo.training.generation.backends.server_weight_sync import ServerWeightSync, WeightsNotWritten
 from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
+from tests.support.weight_sync import single_try_sync
 
 TENSORS = {"a.weight": torch.arange(6.0).reshape(2, 3), "b.bias": torch.ones(4)}
 
@@ -106,17 +106,7 @@ def sync_writing_to(root: Path, walked: list[str]) -> ServerWeightSync:
             walked.append(name)
             yield name, tensor
 
-    return ServerWeightSync(
-        "http://127.0.0.1:9",
-        requests.Session(),
-        WeightDirectory(root),
-        source=source,
-        request_timeout=1.0,
-        max_attempts=1,
-        backoff=lambda attempt: None,
-        time_left=lambda: float("inf"),
-        count=lambda stat: None,
-    )
+    return single_try_sync("http://127.0.0.1:9", root, source=source, request_timeout=1.0)
 
 
 def test_a_sync_whose_weights_cannot_be_written_stops_with_one_line_after_walking_them_all(tmp_path: Path):

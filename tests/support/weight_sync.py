@@ -1,0 +1,32 @@
+"""A `ServerWeightSync` for tests: one try per push, no backoff, no step deadline, counters not kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import requests
+
+from maxent_grpo.training.generation.backends.server_weight_sync import ServerWeightSync, WeightSource, parameters
+from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
+
+
+def single_try_sync(
+    base_url: str,
+    root: Path,
+    *,
+    session: requests.Session | None = None,
+    source: WeightSource = parameters,
+    request_timeout: float = 30.0,
+) -> ServerWeightSync:
+    """The weight versions of one trainer process on the server at ``base_url``, written under ``root``."""
+    return ServerWeightSync(
+        base_url,
+        session or requests.Session(),
+        WeightDirectory(root),
+        source=source,
+        request_timeout=request_timeout,
+        max_attempts=1,
+        backoff=lambda attempt: None,
+        time_left=lambda: float("inf"),
+        count=lambda stat: None,
+    )
