@@ -12,17 +12,16 @@ taken over by the episodes (`take_over_environments`).
 from __future__ import annotations
 
 import atexit
-import inspect
 from typing import TYPE_CHECKING, Any
 
 from trl.chat_template_utils import parse_response
-from trl.trainer.utils import shutdown_event_loop_in_daemon, start_event_loop_in_daemon
+from trl.trainer.utils import is_async_callable, shutdown_event_loop_in_daemon, start_event_loop_in_daemon
 
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.generation.backends.capabilities import SupportsContextLength
 from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
 from maxent_grpo.training.generation.backends.protocol import GenerationBackend
-from maxent_grpo.training.generation.environments import EnvironmentPool
+from maxent_grpo.training.generation.environments import EnvironmentPool, environment_tools
 from maxent_grpo.training.generation.episodes import EpisodeBackend, EpisodePrompt, EpisodeSettings
 from maxent_grpo.training.generation.tool_calls import ToolCallPolicy
 
@@ -63,9 +62,8 @@ def take_over_environments(trainer: GRPOTrainer) -> EnvironmentPool | None:
 
 
 def _has_async_method(environment: Any) -> bool:
-    """Whether any public method of ``environment``'s class (``reset`` and the tools) is a coroutine function."""
-    members = inspect.getmembers(type(environment), predicate=inspect.isfunction)
-    return any(inspect.iscoroutinefunction(member) for name, member in members if not name.startswith("_"))
+    """Whether ``environment``'s ``reset`` or one of its tools (as TRL finds them) is async."""
+    return any(is_async_callable(method) for method in (environment.reset, *environment_tools(environment)))
 
 
 def episode_settings(
