@@ -4,7 +4,7 @@ command ends, its server never outlives it (every process of the server's proces
 server that cannot start ends it with one line.
 
 Ctrl-C comes once the server is ready and has been trained against. SIGTERM (a job scheduler, ``kill``), SIGHUP (the
-terminal or ssh session closed) and SIGKILL (nothing the command can handle: the kernel's parent-death signal ends
+terminal or ssh session closed) and SIGKILL (nothing the command can handle: the watchdog, `server_watchdog`, ends
 the server) come while the server is still starting (its engine process runs, it is not ready yet), three commands
 at once: the command turns SIGTERM and SIGHUP into the same interruption as Ctrl-C (its handlers are installed
 before it starts the server), so what differs is the signal's handling, and a server cut off mid-start-up must go
@@ -164,7 +164,7 @@ def test_a_signal_while_the_server_starts_ends_the_command_and_its_server(vllm_m
         for stop in (signal.SIGTERM, signal.SIGHUP):
             output = "\n".join(commands[stop].rest())
             assert "maxent-grpo vllm-serve: interrupted" in output, output[-3000:]
-        deadline = time.monotonic() + 60  # SIGKILL: the server shuts down on the parent-death signal
+        deadline = time.monotonic() + 60  # SIGKILL: the watchdog ends the group (SIGINT, then SIGKILL after 30 s)
         while any(group_left(server) for server in servers.values()) and time.monotonic() < deadline:
             time.sleep(0.5)
         left = {signal.Signals(stop).name: group_left(server) for stop, server in servers.items()}

@@ -14,18 +14,16 @@ Arguments after the model are passed on to vLLM unchanged (``--dtype``, ``--max-
 
 The server never outlives the command: Ctrl-C, SIGTERM (a job scheduler, ``kill``) and SIGHUP (the terminal or ssh
 session closed; unless the command was started under ``nohup``) end the command and its server's whole process
-group; if the command itself is killed (SIGKILL, out of memory), the server is sent SIGTERM by the kernel (Linux's
-parent-death signal) and shuts its engine down. The ready line only ever names this server: a port something
-already listens on is refused before the server starts, and a port another process listens on too once the server is
-ready (a server that was still starting there: vLLM binds with ``SO_REUSEPORT`` long before it listens) ends the
-command.
+group; if the command itself is killed (SIGKILL, out of memory), a watchdog process (`server_watchdog`) ends the
+group in its place. The ready line only ever names this server: a port something already listens on is refused before
+the server starts, and a port another process listens on too once the server is ready (a server that was still
+starting there: vLLM binds with ``SO_REUSEPORT`` long before it listens) ends the command.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import errno
 import json
 import os
@@ -44,7 +42,7 @@ from maxent_grpo.training.generation.backends.server_reload_extension import EXT
 WEIGHT_TRANSFERS = ("disk", "nccl")
 _POLL_SECONDS = 1.0
 _GRACE_SECONDS = 30.0
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_WATCHDOG = Path(__file__).with_name("server_watchdog.py")
 _ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # ended like Ctrl-C
 _TCP_LISTEN = "0A"  # the state column of /proc/net/tcp
 
@@ -170,16 +168,6 @@ def _other_listeners(group: int, options: argparse.Namespace) -> str | None:
     return None
 
 
-def _die_with_parent(parent: int) -> None:
-    """In the server's process, before it runs: the kernel sends it SIGTERM when this command dies, however it dies
-    (Linux; elsewhere only the handled signals end it)."""
-    os.setsid()  # a process group of its own, ended as a whole by `_stop`
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the command died before the signal was armed
-            os._exit(1)
-
-
 def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str | None]:
     """Start the server, report when it is ready, and wait for it; return its exit code and, if it never became
     ready, why."""
@@ -205,12 +193,13 @@ def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str
         for number in _ENDING_SIGNALS
         if signal.getsignal(number) is not signal.SIG_IGN
     }
-    parent = os.getpid()
     process = subprocess.Popen(
         command,
         env=serve_environment(os.environ, options.weight_transfer),
-        preexec_fn=lambda: _die_with_parent(parent),
+        start_new_session=True,  # a process group of its own, ended as a whole by `_stop`
     )
+    watchdog = [sys.executable, "-I", str(_WATCHDOG), str(os.getpid()), str(process.pid)]
+    guard = subprocess.Popen(watchdog, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
     try:
         problem = wait_until_ready(process, base_url, options.ready_timeout) or _other_listeners(process.pid, options)
         if problem is not None:
@@ -227,6 +216,8 @@ def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str
         for number, handler in previous.items():
             signal.signal(number, handler)
         _stop(process)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # it exits once the group is gone
+            guard.wait(timeout=5)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
