@@ -29,7 +29,11 @@ from maxent_grpo.training.generation.backends.protocol import GenerationBackend
 from maxent_grpo.training.generation.backends.rollout_function import RolloutFunctionBackend
 from maxent_grpo.training.generation.backends.selection import build_backend, weight_transfer_name
 from maxent_grpo.training.generation.batch_state import GenerationBatchState
-from maxent_grpo.training.generation.episode_setup import context_length, episode_settings, take_over_environments
+from maxent_grpo.training.generation.episodes.trainer_setup import (
+    context_length,
+    episode_settings,
+    take_over_environments,
+)
 from maxent_grpo.training.generation.trainer_step import generate_batch
 from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
 from maxent_grpo.training.listwise_rollout import rollout_batch

@@ -21,6 +21,8 @@ from maxent_grpo.tiny_model import build_tiny_tool_tokenizer
 
 CALL = '<tool_call>\n{"name": "guess", "arguments": {"n": '
 END = "}}\n</tool_call>"
+#: A whole call, guess 3, as one token in the tests that let a real engine sample it.
+GUESS_THREE = CALL + "3" + END
 RAISES, HANGS = 7, 5
 HANG_SECONDS = 30.0
 

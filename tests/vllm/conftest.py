@@ -22,11 +22,17 @@ import pytest
 
 from tests.distributed.test_two_processes import launch_server_variants
 from tests.support import failing_reload
+from tests.support.guessing_game import GUESS_THREE
 from tests.support.real_vllm_server import SharedVLLMServer
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
+
+# The tool tokenizer's phrase tokens, in its order (`build_tiny_tool_tokenizer`): the shared model's last two ids.
+SERVER_TOOL_PHRASES = ("<|im_start|>", GUESS_THREE)
+# The shared server's and the shared model's context length: room for a tool-calling prompt.
+MAX_MODEL_LEN = 1024
 
 # The KV cache vLLM reserves on CPU, in GiB (its default is 4): the tiny model needs a sliver of it.
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -44,10 +50,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def vllm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model, wide enough for vLLM's CPU attention kernels (head_dim 64; they refuse 16), saved to disk."""
-    from maxent_grpo.tiny_model import save_tiny_model
+    """The tiny model, wide enough for vLLM's CPU attention kernels (head_dim 64; they refuse 16), saved to disk.
 
-    return save_tiny_model(tmp_path_factory.mktemp("vllm-tiny-model"), hidden_size=256, num_layers=2)
+    Its vocabulary is the character tokenizer's plus the tool tokenizer's two phrase tokens (`SERVER_TOOL_PHRASES`,
+    same ids as in ``build_tiny_tool_tokenizer([GUESS_THREE])``) and its positions reach `MAX_MODEL_LEN`, so that
+    the tool-calling test trains against the shared server too (a tool schema in characters is a long prompt)."""
+    from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
+
+    path = tmp_path_factory.mktemp("vllm-tiny-model")
+    tokenizer = build_tiny_tokenizer(phrases=SERVER_TOOL_PHRASES)
+    model = build_tiny_model(tokenizer, hidden_size=256, num_layers=2, max_position_embeddings=MAX_MODEL_LEN)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +79,7 @@ def _session_server(vllm_model_dir: Path, faults: Path) -> Iterator[SharedVLLMSe
     python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     server = SharedVLLMServer(
         vllm_model_dir,
+        max_model_len=MAX_MODEL_LEN,
         reset_hooks=(lambda: faults.write_text(""),),
         extra_args=("--worker-extension-cls", failing_reload.QUALNAME),
         extra_env={failing_reload.FAULTS_VARIABLE: str(faults), "PYTHONPATH": python_path},

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from maxent_grpo.training.generation.backends.protocol import Completion
-from maxent_grpo.training.generation.episode_trace import EpisodeTrace
+from maxent_grpo.training.generation.episodes.trace import EpisodeTrace
 
 
 def local_runs(num_rows: int, row_offset: int, group_size: int) -> list[range]:

@@ -22,9 +22,9 @@ from maxent_grpo.training.dynamic_sampling import merge_extra_logs
 from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
 from maxent_grpo.training.generation.batch_state import GenerationBatchState
 from maxent_grpo.training.generation.completion_format import row_completions
-from maxent_grpo.training.generation.episode_metrics import tool_metrics
-from maxent_grpo.training.generation.episode_setup import step_backend
-from maxent_grpo.training.generation.episodes import EpisodeBackend
+from maxent_grpo.training.generation.episodes.backend import EpisodeBackend
+from maxent_grpo.training.generation.episodes.metrics import tool_metrics
+from maxent_grpo.training.generation.episodes.trainer_setup import step_backend
 from maxent_grpo.training.generation.rows import GeneratedRows
 from maxent_grpo.training.generation.step import GenerationStep, GroupAgreement, Refill
 from maxent_grpo.training.reward_masking import silence_unscorable_warning

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from maxent_grpo.training.generation.episode_trace import EpisodeTrace
+    from maxent_grpo.training.generation.episodes.trace import EpisodeTrace
 
 
 @dataclass(frozen=True, slots=True)

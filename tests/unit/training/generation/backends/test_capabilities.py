@@ -30,7 +30,7 @@ from maxent_grpo.training.generation.backends.transformers_backend import Transf
 from maxent_grpo.training.generation.backends.vllm_colocate import VLLMColocateBackend
 from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
 from maxent_grpo.training.generation.call_ahead import FirstCall, Prefetch, ReplayedFirstCall
-from maxent_grpo.training.generation.episodes import EpisodeBackend
+from maxent_grpo.training.generation.episodes.backend import EpisodeBackend
 
 LOGGER = capabilities.__name__
 

@@ -32,10 +32,10 @@ from maxent_grpo.training.generation.backends.protocol import (
     TokenPrompt,
 )
 from maxent_grpo.training.generation.collect import AnyProcess, single_process
-from maxent_grpo.training.generation.environments import EnvironmentPool, environment_tools, observed_prompt
-from maxent_grpo.training.generation.episode_failure import EpisodeFailed, FailureCause
-from maxent_grpo.training.generation.episode_trace import EpisodeTrace
-from maxent_grpo.training.generation.tool_calls import ToolCallPolicy, run_tool_calls
+from maxent_grpo.training.generation.episodes.environments import EnvironmentPool, environment_tools, observed_prompt
+from maxent_grpo.training.generation.episodes.failure import EpisodeFailed, FailureCause
+from maxent_grpo.training.generation.episodes.tool_calls import ToolCallPolicy, run_tool_calls
+from maxent_grpo.training.generation.episodes.trace import EpisodeTrace
 
 logger = logging.getLogger(__name__)
 

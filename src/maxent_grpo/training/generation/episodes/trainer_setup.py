@@ -21,9 +21,9 @@ from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.generation.backends.capabilities import SupportsContextLength
 from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
 from maxent_grpo.training.generation.backends.protocol import GenerationBackend
-from maxent_grpo.training.generation.environments import EnvironmentPool, environment_tools
-from maxent_grpo.training.generation.episodes import EpisodeBackend, EpisodePrompt, EpisodeSettings
-from maxent_grpo.training.generation.tool_calls import ToolCallPolicy
+from maxent_grpo.training.generation.episodes.backend import EpisodeBackend, EpisodePrompt, EpisodeSettings
+from maxent_grpo.training.generation.episodes.environments import EnvironmentPool, environment_tools
+from maxent_grpo.training.generation.episodes.tool_calls import ToolCallPolicy
 
 if TYPE_CHECKING:
     from trl import GRPOTrainer

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import torch
 
 from maxent_grpo.collectives import Collectives
-from maxent_grpo.training.generation.episode_failure import FailureCause
+from maxent_grpo.training.generation.episodes.failure import FailureCause
 from maxent_grpo.training.generation.rows import GeneratedRows
 
 

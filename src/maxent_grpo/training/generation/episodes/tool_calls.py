@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from maxent_grpo.training.generation.bounded_call import CallTimedOut, bounded_call
-from maxent_grpo.training.generation.episode_failure import EpisodeFailed
+from maxent_grpo.training.generation.episodes.bounded_call import CallTimedOut, bounded_call
+from maxent_grpo.training.generation.episodes.failure import EpisodeFailed
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from maxent_grpo.training.generation.environments import EnvironmentPool, environment_tools, observed_prompt
-from maxent_grpo.training.generation.episode_failure import EpisodeFailed
+from maxent_grpo.training.generation.episodes.environments import EnvironmentPool, environment_tools, observed_prompt
+from maxent_grpo.training.generation.episodes.failure import EpisodeFailed
 
 
 class Game:

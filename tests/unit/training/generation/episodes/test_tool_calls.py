@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from maxent_grpo.training.generation.episode_failure import EpisodeFailed
-from maxent_grpo.training.generation.tool_calls import ToolCallPolicy, run_tool_calls
+from maxent_grpo.training.generation.episodes.failure import EpisodeFailed
+from maxent_grpo.training.generation.episodes.tool_calls import ToolCallPolicy, run_tool_calls
 
 
 def _call(name: str, **arguments) -> dict:

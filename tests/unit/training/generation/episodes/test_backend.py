@@ -15,8 +15,8 @@ import pytest
 from maxent_grpo import Completion, TokenPrompt
 from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
 from maxent_grpo.training.generation.backends.protocol import BackendContractError, GenerationStopped
-from maxent_grpo.training.generation.episodes import EpisodeBackend, EpisodePrompt, EpisodeSettings
-from maxent_grpo.training.generation.tool_calls import ToolCallPolicy
+from maxent_grpo.training.generation.episodes.backend import EpisodeBackend, EpisodePrompt, EpisodeSettings
+from maxent_grpo.training.generation.episodes.tool_calls import ToolCallPolicy
 
 CALL, EOS = 60, 61
 PROMPT = [{"role": "user", "content": "q"}]

@@ -15,8 +15,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from maxent_grpo.training.generation.bounded_call import CallTimedOut, bounded_call
-from maxent_grpo.training.generation.episode_failure import EpisodeFailed
+from maxent_grpo.training.generation.episodes.bounded_call import CallTimedOut, bounded_call
+from maxent_grpo.training.generation.episodes.failure import EpisodeFailed
 
 #: Methods of an environment that are not tools (TRL's rule; names starting with "_" are not tools either).
 NOT_TOOLS = ("reset", "get_reward")
