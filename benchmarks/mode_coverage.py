@@ -24,7 +24,7 @@ likely; 0.0: a single vowel).
 It writes ``mode_coverage.json`` (settings, final figures per run, mean curves) and ``mode_coverage.png`` (reward
 and normalized entropy over steps, mean over seeds with a min-max band) into the output directory
 (``outputs/benchmarks/mode_coverage`` by default; ``--update-results`` replaces the committed
-``benchmarks/results/mode_coverage``, which the README shows). The per-step
+``benchmarks/results/mode_coverage``, which the README and docs/benchmarks/mode-coverage.md show). The per-step
 entropy is that of one group of 16 answers, so it reads lower than the 512-sample figure (16 draws rarely cover
 five equally likely vowels evenly).
 

@@ -28,8 +28,8 @@ minute on
 
 It writes ``pass_at_k.json`` (settings, per-run figures, mean reward curves) and ``pass_at_k.png`` (reward over steps;
 pass@k against k) into the output directory (``outputs/benchmarks/pass_at_k`` by default; ``--update-results``
-replaces the committed ``benchmarks/results/pass_at_k``, which the README shows), and prints the per-seed and mean
-table.
+replaces the committed ``benchmarks/results/pass_at_k``, which docs/benchmarks/pass-at-k.md shows), and prints the
+per-seed and mean table.
 """
 
 from __future__ import annotations

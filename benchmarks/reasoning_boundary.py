@@ -40,8 +40,8 @@ training reward; ``maxent_minus``: MaxEnt minus each other method per k, paired 
 run, with its per-prompt counts and probabilities; mean reward curves) and
 ``reasoning_boundary.png`` (training reward; held-out pass@k against k with 95% bands; the same zoomed on k >= 16)
 into the output directory (``outputs/benchmarks/reasoning_boundary`` by default; ``--update-results`` replaces the
-committed ``benchmarks/results/reasoning_boundary``, which the README shows) and prints the tables: pass@k sampled,
-exact, and MaxEnt minus each method paired by seed.
+committed ``benchmarks/results/reasoning_boundary``, which docs/benchmarks/reasoning-boundary.md shows) and prints
+the tables: pass@k sampled, exact, and MaxEnt minus each method paired by seed.
 """
 
 from __future__ import annotations

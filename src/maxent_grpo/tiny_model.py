@@ -61,7 +61,7 @@ def build_tiny_tokenizer(
 
 
 def build_tiny_tool_tokenizer(phrases: Sequence[str] = ()) -> PreTrainedTokenizerFast:
-    """The character-level tokenizer with Qwen3's chat template (tool schemas, tool calls, tool results) and the
+    r"""The character-level tokenizer with Qwen3's chat template (tool schemas, tool calls, tool results) and the
     response parser TRL registers for it: the tokenizer tool-calling training needs, offline.
 
     Qwen3's end of turn ``<|im_end|>`` is the EOS token and ``<|im_start|>`` one token; ``phrases`` as in

@@ -1,4 +1,4 @@
-"""`maxent-grpo config-reference`: the README's configuration reference is generated and kept current."""
+"""`maxent-grpo config-reference`: the docs' configuration reference is generated and kept current."""
 
 from __future__ import annotations
 
@@ -6,15 +6,29 @@ import shlex
 import subprocess
 
 from maxent_grpo.cli import main
-from maxent_grpo.cli.config_reference import COMMAND, END_MARKER, START_MARKER, current_block, render_config_reference
+from maxent_grpo.cli.config_reference import (
+    COMMAND,
+    END_MARKER,
+    REFERENCE_PAGE,
+    START_MARKER,
+    current_block,
+    render_config_reference,
+)
 from tests.e2e.cli_runner import ROOT, executable
 
 
-def test_readme_configuration_reference_is_up_to_date():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert current_block(readme) == render_config_reference().strip(), (
-        f"README.md's configuration reference is out of date: run `{COMMAND}`"
+def test_docs_configuration_reference_is_up_to_date():
+    page = (ROOT / REFERENCE_PAGE).read_text(encoding="utf-8")
+    assert current_block(page) == render_config_reference().strip(), (
+        f"{REFERENCE_PAGE}'s configuration reference is out of date: run `{COMMAND}`"
     )
+    assert REFERENCE_PAGE in COMMAND  # the command the page and the failure message name writes this page
+
+
+def test_the_reference_is_in_the_docs_only():
+    # Written once: the README links to the page instead of holding a second copy.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert START_MARKER not in readme and REFERENCE_PAGE in readme
 
 
 def test_reference_lists_own_fields_and_script_arguments_only():

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.e2e.cli_runner import ROOT, offline_env, run
+from tests.support.doc_snippets import snippet
 
 pytestmark = pytest.mark.slow
 
@@ -32,15 +33,9 @@ def test_custom_mode_key_example_resolves_its_key_by_dotted_path(tmp_path):
     assert "FutureWarning" not in result.stderr
 
 
-def _readme_quickstart() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Quickstart (Python)", 1)[1]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
-
-
 def test_readme_quickstart_shows_the_reward_rising_without_upstream_warnings(tmp_path):
     script = tmp_path / "quickstart.py"
-    script.write_text(_readme_quickstart())
+    script.write_text(snippet(ROOT / "README.md", "quickstart"))
     result = subprocess.run(  # in tmp_path: the quickstart writes to outputs/quickstart
         [sys.executable, str(script)], cwd=tmp_path, env=offline_env(tmp_path), capture_output=True, text=True
     )

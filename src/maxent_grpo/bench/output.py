@@ -1,7 +1,8 @@
 """Where a benchmark writes its figures: a git-ignored folder by default, the committed results only when asked.
 
-The README quotes the figures committed under `benchmarks/results/`; running a benchmark to try something must not
-overwrite them. ``--update-results`` refreshes them on purpose; ``--output-dir`` picks any other folder.
+The README and the benchmark pages of the docs (`docs/benchmarks/`) quote the figures committed under
+`benchmarks/results/`; running a benchmark to try something must not overwrite them. ``--update-results``
+refreshes them on purpose; ``--output-dir`` picks any other folder.
 """
 
 from __future__ import annotations

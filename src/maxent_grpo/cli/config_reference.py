@@ -1,7 +1,8 @@
-"""The README's configuration reference, rendered from the dataclasses (`maxent-grpo config-reference`).
+"""The configuration reference of the docs, rendered from the dataclasses (`maxent-grpo config-reference`).
 
 It lists the fields `MaxEntGRPOConfig` itself defines (TRL's own fields are documented by TRL) and the script
-arguments of `maxent-grpo train`, each with its type, default and help text.
+arguments of `maxent-grpo train`, each with its type, default and help text. ``--write`` replaces the block between
+the markers of a Markdown file, `REFERENCE_PAGE` in this repository.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from maxent_grpo.config import MaxEntGRPOConfig
 
 START_MARKER = "<!-- config-reference:start -->"
 END_MARKER = "<!-- config-reference:end -->"
-COMMAND = "maxent-grpo config-reference --write README.md"
+#: The docs page that holds the reference, relative to the repository root.
+REFERENCE_PAGE = "docs/configuration.md"
+COMMAND = f"maxent-grpo config-reference --write {REFERENCE_PAGE}"
 
 
 def _cell(text: str) -> str:
@@ -54,7 +57,7 @@ def field_names(cls: type) -> str:
 
 
 def render_config_reference() -> str:
-    """The Markdown that goes between the README's config-reference markers."""
+    """The Markdown that goes between the config-reference markers of `REFERENCE_PAGE`."""
     return "\n".join(
         [
             f"<!-- generated from the dataclasses by `{COMMAND}`; edit the field help texts, not this block -->",

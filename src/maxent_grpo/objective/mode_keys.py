@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 ModeKey = Callable[[str, Sequence[int] | None], Hashable | None]
-"""A mode key: ``(completion text, completion token ids or None) -> answer`` (None: no answer)."""
+"""The signature of a mode key, ``(completion text, completion token ids or None) -> answer``, None for no answer."""
 
 _BOXED = "\\boxed{"
 

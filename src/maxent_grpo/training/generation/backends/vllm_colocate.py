@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 
 class LLMEngine(Protocol):
-    """The part of `vllm.LLM` this backend uses: token-id prompts in, `RequestOutput`s out."""
+    """The part of `vllm.LLM` this backend uses: token-id prompts in, a list of `RequestOutput` out."""
 
     def generate(self, prompts: list[dict[str, Any]], sampling_params: Any, use_tqdm: bool = ...) -> list[Any]: ...
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-#: Where an episode failed: a tool or environment call ("tool"), or the generation backend in one of its turns.
+#: The place an episode failed, a tool or environment call ("tool") or the generation backend in one of its turns.
 FailureCause = Literal["tool", "backend"]
 
 
