@@ -27,6 +27,10 @@ def _fail(name: str, value: Any, allowed: str) -> None:
     raise ValueError(f"{name}={value!r} is invalid: expected {allowed}.")
 
 
+#: Fields whose value the config's printed and logged forms hide (TRL hides only fields named ``*_token``).
+SECRET_FIELDS = ("vllm_server_api_key",)
+
+
 @dataclass
 class MaxEntGRPOConfig(GRPOConfig):
     """Configuration for [`MaxEntGRPOTrainer`].
@@ -108,6 +112,16 @@ class MaxEntGRPOConfig(GRPOConfig):
             "help": "Directory of the disk weight transfer; the vLLM server must read it under the same path (a "
             "shared file system across machines). Only the run's latest version is kept. None: "
             "`<output_dir>/_vllm-weights`, which the Trainer's Hub uploads leave out (they ignore `_*`)."
+        },
+    )
+    vllm_server_api_key: str | None = field(
+        default=None,
+        metadata={
+            "help": "The key of a vLLM server started with a key (`maxent-grpo vllm-serve --api-key`, or vLLM's "
+            "`VLLM_API_KEY`): every request the trainer makes to the server carries it. None: the `VLLM_API_KEY` "
+            "environment variable when set, else no key. Never logged: the config's printed and logged forms show "
+            "`<VLLM_SERVER_API_KEY>` in its place (the pickled `training_args.bin` of a checkpoint holds it, as it "
+            "holds `hub_token`)."
         },
     )
 
@@ -282,6 +296,23 @@ class MaxEntGRPOConfig(GRPOConfig):
                 raise
             raise ValueError(problem) from None
         self._validate_relations()
+
+    def to_dict(self) -> dict[str, Any]:
+        """TRL's `to_dict` (what trackio and the other loggers record), with the server key hidden."""
+        values = super().to_dict()
+        for name in SECRET_FIELDS:
+            if values.get(name):
+                values[name] = f"<{name.upper()}>"
+        return values
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        for name in SECRET_FIELDS:
+            if getattr(self, name):
+                text = text.replace(f"\n{name}={getattr(self, name)},\n", f"\n{name}=<{name.upper()}>,\n")
+        return text
+
+    __repr__ = __str__
 
     def _validate(self) -> None:
         check_field_ranges(self)

@@ -27,7 +27,7 @@ from maxent_grpo.training.generation.async_generation import AsyncGeneration
 from maxent_grpo.training.generation.backends import capabilities, colocate_engine, trl_server_client
 from maxent_grpo.training.generation.backends.protocol import GenerationBackend
 from maxent_grpo.training.generation.backends.rollout_function import RolloutFunctionBackend
-from maxent_grpo.training.generation.backends.selection import build_backend, weight_transfer_name
+from maxent_grpo.training.generation.backends.selection import build_backend, server_api_key, weight_transfer_name
 from maxent_grpo.training.generation.batch_state import GenerationBatchState
 from maxent_grpo.training.generation.episodes.trainer_setup import (
     context_length,
@@ -81,8 +81,14 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     attribute, ``_batch``, a `GenerationBatchState` (`training.generation.batch_state` says which hook reads what).
 
     While TRL builds: a model built in-process gets its copy as the reference model (`training.reference_model`); a
-    colocated vLLM engine runs in ``vllm_dtype`` (`backends.colocate_engine`); with the disk weight transfer, TRL's
-    server client is built without its NCCL group, so a CPU trainer can use a server (`backends.trl_server_client`).
+    colocated vLLM engine runs in ``vllm_dtype`` (`backends.colocate_engine`); TRL's server client waits for the
+    server with a line every 30 s and one clear error after ``vllm_server_timeout``, and with the disk weight transfer
+    it is built without vLLM and without its NCCL group, so a CPU trainer, or one without vLLM installed, can use a
+    server (`backends.trl_server_client`).
+
+    All arguments but the two below are `GRPOTrainer`'s, ``tools``, ``environment_factory`` and ``rollout_func``
+    included (``rollout_func`` cannot be combined with ``generation_backend``, tools or environments, nor tools with
+    ``dynamic_sampling``).
 
     Args:
         generation_backend: any object implementing `GenerationBackend`. When None, the trainer builds the built-in
@@ -90,9 +96,6 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             with ``use_vllm`` the colocate or server backend over TRL's vLLM machinery.
         args: a `MaxEntGRPOConfig`; a plain `trl.GRPOConfig` (its values, MaxEnt fields at their defaults); or None,
             for the default `GRPOTrainer` would build (see `maxent_config_from`).
-        All other arguments are `GRPOTrainer`'s, ``tools``, ``environment_factory`` and ``rollout_func`` included
-        (``rollout_func`` cannot be combined with ``generation_backend``, tools or environments, nor tools with
-        ``dynamic_sampling``).
     """
 
     def __init__(self, *args: Any, generation_backend: GenerationBackend | None = None, **kwargs: Any) -> None:
@@ -120,8 +123,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                     colocate_engine.engine_dtype_name, config.vllm_dtype, bf16=config.bf16, fp16=config.fp16
                 )
                 building.enter_context(colocate_engine.engine_dtype(lambda: dtype(self.model)))
-            if config.use_vllm and config.vllm_mode == "server" and weight_transfer_name(config) == "disk":
-                building.enter_context(trl_server_client.client_for_disk_transfer())
+            if config.use_vllm and config.vllm_mode == "server":
+                disk = weight_transfer_name(config) == "disk"
+                building.enter_context(trl_server_client.server_client(disk=disk, api_key=server_api_key(config)))
             super().__init__(*positional, **kwargs)
         check_tied_output_layer(self.model)
         self.generation_backend = generation_backend if generation_backend is not None else build_backend(self)

@@ -26,8 +26,10 @@ import importlib.util
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -180,6 +182,26 @@ CASES: list[tuple[str, Argv, str]] = [
         lambda t: ["train", "--reward_funcs", "vowel_start", "--use_cpu", "true"],
         "required: --model_name_or_path, --dataset_name",
     ),
+    # Nothing named: refused before TRL's parser is built (which first refused TRL's default bf16 on a CPU machine)
+    ("no-arguments", lambda t: ["train"], "required: --model_name_or_path, --dataset_name, or a recipe that sets"),
+    (
+        "only-max-steps",
+        lambda t: ["train", "--max_steps", "5"],
+        "required: --model_name_or_path, --dataset_name, or a",
+    ),
+    ("dashed-dataset-name", lambda t: ["train", "--dataset-name", "vowels"], "required: --model_name_or_path, or a"),
+    (
+        "recipe-without-a-model",
+        lambda t: ["train", "--config", _write(t / "r.yaml", "dataset_name: vowels\nmodel_name_or_path: null\n")],
+        "required: --model_name_or_path (recipe",
+    ),
+    ("config-twice", lambda t: [*TRAIN, "--config", str(DEMO_RECIPE)], "--config is given twice"),
+    ("config-without-a-path", lambda t: ["train", "--config="], "--config needs the path of a YAML recipe"),
+    (
+        "config-equals-path",  # the recipe is read: its bad value is the error
+        lambda t: ["train", "--config=" + _recipe_with(t, "max_steps: many\n")],
+        "max_steps='many' in recipe",
+    ),
     (
         "number-null-in-recipe",
         lambda t: ["train", "--config", _recipe_with(t, "kl_horizon: null\n")],
@@ -231,6 +253,17 @@ CASES: list[tuple[str, Argv, str]] = [
         "vllm-mode-typo",  # TRL itself runs it as colocate
         lambda t: [*TRAIN, "--vllm_mode", "colocat"],
         "vllm_mode='colocat' is invalid: expected one of ('server', 'colocate'); did you mean 'colocate'?",
+    ),
+    (
+        "argparse-choice-typo",  # a field argparse checks against its choices itself (ours and TRL's)
+        lambda t: [*TRAIN, "--maxent_objective", "listwis"],
+        "argument --maxent_objective/--maxent-objective: invalid choice: 'listwis' (choose from 'grpo', 'listwise'); "
+        "did you mean 'listwise'?",
+    ),
+    (
+        "trl-argparse-choice-typo",
+        lambda t: [*TRAIN, "--lr_scheduler_type", "cosin"],
+        "did you mean 'cosine'?",
     ),
     (
         "unknown-dynamic-sampling-metric",
@@ -550,6 +583,39 @@ def test_vllm_requested_but_not_installed(run_main):
     code, err = run_main([*TRAIN, "--use_vllm", "true", "--vllm_mode", "colocate"])
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "use_vllm=True" in err and "vLLM" in err, err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_server_mode_with_the_nccl_transfer_needs_vllm_and_says_to_use_disk(run_main):
+    code, err = run_main([*TRAIN, "--use_vllm", "true", "--vllm_mode", "server", "--vllm_weight_transfer", "nccl"])
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert (
+        "vllm_weight_transfer='nccl'" in err
+        and "NCCL communicator" in err
+        and "set vllm_weight_transfer to 'disk'" in err
+    )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_server_mode_with_the_disk_transfer_needs_no_vllm_and_waits_for_the_server(tmp_path, run_main):
+    # Past every check, the trainer is built (TRL's server client included) and waits for the server at a port that
+    # refuses connections: one waiting line, then one error naming the address and the field, exit code 1.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        server = ["--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_base_url", url]
+        start = time.monotonic()
+        code, err = run_main([*TRAIN, *server, "--vllm_weight_transfer", "disk", "--vllm_server_timeout", "2"])
+    assert code == 1, err[-3000:]
+    assert 2 <= time.monotonic() - start < 60
+    lines = err.strip().splitlines()
+    assert lines[:-1] == [
+        f"waiting for the vLLM server at {url} to come up (ConnectionError: Connection refused); giving up after 2 s "
+        "(vllm_server_timeout), a line every 30 s till then"
+    ], err[-3000:]
+    assert lines[-1].startswith(f"maxent-grpo train: error: the vLLM server at {url} has not come up within 2 s (")
+    assert "vllm_server_timeout" in lines[-1] and "Traceback" not in err
 
 
 def test_num_generations_that_does_not_divide_names_only_fields_the_user_set(run_main):

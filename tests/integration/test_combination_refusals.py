@@ -4,6 +4,8 @@ and image data with the vLLM backends, which would leave the images out."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from maxent_grpo import MaxEntGRPOTrainer
@@ -85,3 +87,30 @@ def test_async_generation_refuses_generations_trained_longer_than_max_staleness_
         MaxEntGRPOTrainer(
             model=model, reward_funcs=_reward, args=config, train_dataset=letter_dataset(), processing_class=tokenizer
         )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"vllm_mode": "colocate"}, r"use_vllm=True \(vllm_mode='colocate'\) needs vLLM, which is not installed"),
+        ({"vllm_mode": "server", "vllm_weight_transfer": "nccl"}, "NCCL communicator, which needs vLLM"),
+    ],
+    ids=["colocate", "server-nccl"],
+)
+def test_vllm_where_this_environment_needs_it_and_lacks_it_is_refused_before_the_model_loads(
+    tmp_path, fields, message
+):
+    # A model name that does not exist: a refusal after anything started loading would be another error.
+    config = tiny_config(tmp_path, use_vllm=True, **fields)
+    with pytest.raises(ImportError, match=message):
+        MaxEntGRPOTrainer(model="no-such-org/no-such-model", reward_funcs=_reward, args=config)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+@pytest.mark.parametrize("transfer", ["disk", "auto"])  # 'auto' is the disk transfer on a CPU trainer
+def test_server_mode_with_the_disk_transfer_needs_no_vllm_here(tmp_path, transfer):
+    from maxent_grpo.training.generation.backends.selection import vllm_install_problem
+
+    config = tiny_config(tmp_path, use_vllm=True, vllm_mode="server", vllm_weight_transfer=transfer)
+    assert vllm_install_problem(config) is None

@@ -352,3 +352,18 @@ def test_generation_batch_terms_of_a_config_name_what_the_user_set():
     assert MaxEntGRPOConfig(**BASE, generation_batch_size=8).generation_batch_terms()[1] == ["generation_batch_size"]
     converted = maxent_config_from(GRPOConfig(**BASE, steps_per_generation=2), "unused")
     assert converted.generation_batch_terms()[0].startswith("per_device_train_batch_size x steps_per_generation")
+
+
+def test_the_server_key_is_never_in_the_printed_or_logged_config(tmp_path, monkeypatch):
+    from maxent_grpo.training.generation.backends.selection import server_api_key
+
+    config = MaxEntGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", vllm_server_api_key="k3y-42")
+    assert server_api_key(config) == "k3y-42"  # what the trainer sends
+    for shown in (str(config), repr(config), config.to_json_string(), str(config.to_sanitized_dict())):
+        assert "k3y-42" not in shown and "<VLLM_SERVER_API_KEY>" in shown
+    monkeypatch.setenv("VLLM_API_KEY", "from-env")
+    assert server_api_key(config) == "k3y-42"  # the field wins over vLLM's variable
+    unset = MaxEntGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    assert server_api_key(unset) == "from-env" and unset.to_dict()["vllm_server_api_key"] is None
+    monkeypatch.delenv("VLLM_API_KEY")
+    assert server_api_key(unset) is None

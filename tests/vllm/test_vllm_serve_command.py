@@ -1,7 +1,9 @@
 """`maxent-grpo vllm-serve` for real, on 127.0.0.1: it starts a vLLM server with the flags the disk transport needs,
 prints the URL once the server is ready, a trainer given that URL pushes every version into it, and however the
 command ends, its server never outlives it (every process of the server's process group, its engine included); a
-server that cannot start ends it with one line.
+server that cannot start ends it with one line. The Ctrl-C run is started with a key and a weights root: every route
+the trainer uses refuses a request without the key, the reload extension refuses weights from outside the root, and
+the trainer, given the key, pushes and trains.
 
 Ctrl-C comes once the server is ready and has been trained against. SIGTERM (a job scheduler, ``kill``), SIGHUP (the
 terminal or ssh session closed) and SIGKILL (nothing the command can handle: the watchdog, `server_watchdog`, ends
@@ -112,26 +114,55 @@ def group_left(server: int) -> list[int]:
     return [pid for pid, (_, group, state) in processes().items() if group == server and state != "Z"]
 
 
+KEY = "only-the-trainer-4a1f"
+#: The routes the trainer uses, each with a request it could make: with a key, none answers a request without it.
+GUARDED = (
+    ("GET", "/health", None), ("GET", "/v1/models", None),
+    ("POST", "/v1/completions", {"prompt": "a", "max_tokens": 1}),
+    ("POST", "/pause", None), ("POST", "/resume", None), ("GET", "/is_paused", None), ("GET", "/weight_info", None),
+    ("POST", "/reset_prefix_cache", None), ("POST", "/update_weight_version", {"new_version": "x"}),
+    ("POST", "/collective_rpc", {"method": "maxent_reload_weights", "args": ["/"]}),
+)  # fmt: skip
+
+
 def test_vllm_serve_prints_the_url_a_trainer_trains_against_and_ctrl_c_ends_it_and_its_server(
     vllm_model_dir: Path, tmp_path: Path
 ):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = Command(str(vllm_model_dir), "--port", str(port), *VLLM_ARGS)
+    options = ("--api-key", KEY, "--weights-root", str(tmp_path / "weights"))
+    command = Command(str(vllm_model_dir), "--port", str(port), *options, *VLLM_ARGS)
     try:
         server = command.server_pid()
         ready = command.wait_for("vLLM server ready at", timeout=300)
         print(ready)
         assert ready.startswith(f"vLLM server ready at {url}: ")
         assert f"vllm_server_base_url={url}" in ready and "vllm_weight_transfer='disk'" in ready
+        assert "vllm_server_api_key=<the key>" in ready
         launched = command.lines[0]  # the server's command line, printed first
         assert "--worker-extension-cls" in launched and "--logprobs-mode processed_logprobs" in launched
+        assert KEY not in "\n".join(command.lines)  # the key goes to the server by its environment, never printed
 
-        trainer = server_mode_trainer(vllm_model_dir, url, tmp_path, max_steps=2)
+        keyed = {"Authorization": f"Bearer {KEY}"}
+        for method, route, body in GUARDED:  # only the trainer may push, or even look
+            for headers in ({}, {"Authorization": "Bearer not-the-key"}):
+                answer = requests.request(method, f"{url}{route}", json=body, headers=headers, timeout=30)
+                assert answer.status_code == 401, (method, route, headers, answer.status_code, answer.text[:300])
+        assert requests.get(f"{url}/is_paused", headers=keyed, timeout=30).json() == {"is_paused": False}
+        outside = requests.post(  # with the key, but weights from outside --weights-root
+            f"{url}/collective_rpc",
+            json={"method": "maxent_reload_weights", "args": [str(vllm_model_dir)]},
+            headers=keyed,
+            timeout=60,
+        )
+        assert outside.status_code != 200 and "outside the directory this server trusts" in outside.text, outside.text
+
+        trainer = server_mode_trainer(vllm_model_dir, url, tmp_path, max_steps=2, vllm_server_api_key=KEY)
         trainer.train()
         backend = trainer.generation_backend
-        assert backend.stats["weight_pushes"] == 2  # the server took both versions
-        assert requests.get(f"{url}/weight_info", timeout=10).json()["weight_version"] == backend.weight_version
+        assert backend.stats["weight_pushes"] == 2  # the server took both versions, from under its weights root
+        info = requests.get(f"{url}/weight_info", headers=keyed, timeout=10).json()
+        assert info["weight_version"] == backend.weight_version
 
         assert command.signal(signal.SIGINT) == 130
         output = "\n".join(command.rest())  # the server writes to the same pipe: its lines may cut into the command's

@@ -15,14 +15,14 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from trl import ModelConfig
 
 from maxent_grpo.cli.ansi_free_output import strip_ansi_when_redirected
 from maxent_grpo.cli.recipe import PROG, parse_train_args
 from maxent_grpo.cli.trackio_banner import say_local_trackio_logs_stay_local
-from maxent_grpo.cli.usage_error import UsageError
+from maxent_grpo.cli.usage_error import UsageError, UsageErrorParser
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
@@ -32,14 +32,23 @@ if TYPE_CHECKING:
     from maxent_grpo.trainer import MaxEntGRPOTrainer
 
 
-class _ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a bad argument raises `UsageError` (one line) instead of printing usage and exiting."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def _train(argv: Sequence[str]) -> int:
+    from maxent_grpo.cli import train_help
+    from maxent_grpo.cli.recipe import RecipeParser, check_required_named, split_recipe
+
+    shown = train_help.wants_help(argv)
+    if shown == "short":  # no torch, transformers or TRL: answers at once
+        print(train_help.short_help(), end="")
+        return 0
+    if shown == "all":
+        RecipeParser().print_help()
+        return 0
+    # Before anything heavy is imported: a command line without a model or a data set says so at once.
+    check_required_named(*split_recipe(argv))
+    return _train_run(argv)
+
+
+def _train_run(argv: Sequence[str]) -> int:
     from datasets import Dataset
     from transformers.trainer_callback import ProgressCallback
 
@@ -51,6 +60,7 @@ def _train(argv: Sequence[str]) -> int:
     from maxent_grpo.cli.prompt_checks import check_chat_template, check_prompts
     from maxent_grpo.trainer import MaxEntGRPOTrainer
     from maxent_grpo.training.dynamic_sampling import UnknownRewardMetricError
+    from maxent_grpo.training.generation.backends.protocol import GenerationStopped
 
     # Dotted paths (reward functions, a custom maxent_mode_key) resolve from the working directory too, as in TRL's
     # scripts.
@@ -85,6 +95,8 @@ def _train(argv: Sequence[str]) -> int:
         )
     except UnknownRewardMetricError as error:  # the reward names are known once the trainer has its reward models
         raise UsageError(str(error)) from error
+    except GenerationStopped as error:  # a vLLM server that has not come up within vllm_server_timeout
+        raise TrainingFailed(str(error)) from error
     if chat_prompts:
         check_chat_template(trainer.processing_class, model_args.model_name_or_path)
     run_checks.check_logits_fit(config, trainer.model, trainer.accelerator.device)
@@ -202,7 +214,7 @@ def _end_training(accelerator: Accelerator) -> None:
 def _demo(argv: Sequence[str]) -> int:
     from maxent_grpo import demo
 
-    parser = _ArgumentParser(
+    parser = UsageErrorParser(
         prog=f"{PROG} demo",
         description="Train stock GRPO and MaxEnt-GRPO side by side on the tiny offline model and the bundled "
         "'pick a vowel:' task (CPU, no download), then show each one's reward and answers.",
@@ -271,11 +283,12 @@ def _bench(argv: Sequence[str]) -> int:
 def _config_reference(argv: Sequence[str]) -> int:
     import maxent_grpo.cli.config_reference as config_reference
 
-    parser = _ArgumentParser(
+    parser = UsageErrorParser(
         prog=f"{PROG} config-reference",
-        description="Print the configuration reference (Markdown), or rewrite the marked block of a README.",
+        description="Print the configuration reference (Markdown), or rewrite the marked block of a Markdown file "
+        "(docs/configuration.md in this repository).",
     )
-    parser.add_argument("--write", type=Path, metavar="README.md", help="replace the block between the markers")
+    parser.add_argument("--write", type=Path, metavar="FILE.md", help="replace the block between the markers")
     options = parser.parse_args(argv)
     if options.write is None:
         print(config_reference.render_config_reference())
@@ -293,7 +306,7 @@ def _config_reference(argv: Sequence[str]) -> int:
 def _vllm_serve(argv: Sequence[str]) -> int:
     import maxent_grpo.cli.vllm_serve as vllm_serve
 
-    options, vllm_args = vllm_serve.parser(f"{PROG} vllm-serve", _ArgumentParser).parse_known_args(argv)
+    options, vllm_args = vllm_serve.parser(f"{PROG} vllm-serve", UsageErrorParser).parse_known_args(argv)
     code, problem = vllm_serve.run(options, vllm_args)
     if problem is not None:
         raise TrainingFailed(problem)
@@ -302,16 +315,16 @@ def _vllm_serve(argv: Sequence[str]) -> int:
 
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "demo": (_demo, "train GRPO and MaxEnt side by side on the tiny offline task and compare their answers"),
-    "train": (_train, "train from a YAML recipe and/or --field value arguments (TRL style)"),
+    "train": (_train, "train from a YAML recipe and/or --field value arguments (TRL style; --help lists them)"),
     "bench": (_bench, "run the benchmark harness (arguments are passed on to it)"),
-    "config-reference": (_config_reference, "print or write the README's configuration reference"),
+    "config-reference": (_config_reference, "print or write the configuration reference (docs/configuration.md)"),
     "vllm-serve": (_vllm_serve, "start a vLLM server for server mode, wait until it is ready, print its URL"),
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `maxent-grpo` console script; returns the exit code."""
-    parser = _ArgumentParser(
+    parser = UsageErrorParser(
         prog=PROG,
         description="MaxEnt-GRPO for TRL. Commands:\n"
         + "\n".join(f"  {name:<18}{summary}" for name, (_, summary) in COMMANDS.items()),

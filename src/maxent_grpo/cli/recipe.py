@@ -15,12 +15,12 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from trl import ModelConfig, TrlParser
 
-from maxent_grpo.cli.usage_error import UsageError
+from maxent_grpo.cli.usage_error import UsageError, UsageErrorParser
 
 if TYPE_CHECKING:
     from maxent_grpo.cli.script_args import TrainScriptArguments
@@ -50,25 +50,35 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-class RecipeParser(TrlParser):
+class RecipeParser(TrlParser, UsageErrorParser):
     """TRL's parser over the train script arguments, `MaxEntGRPOConfig` and `ModelConfig`; bad arguments raise
-    `UsageError`."""
+    `UsageError`, a bad choice with "did you mean" (`UsageErrorParser`). Its help is ``maxent-grpo train
+    --help-all`` (``--help`` is `train_help`'s short list)."""
 
     def __init__(self) -> None:
         from maxent_grpo.cli.script_args import TrainScriptArguments
+        from maxent_grpo.cli.train_help import HELP_ALL_OPTION, HELP_OPTIONS, USAGE
         from maxent_grpo.config import MaxEntGRPOConfig
 
         super().__init__(
             (TrainScriptArguments, MaxEntGRPOConfig, ModelConfig),
             prog=f"{PROG} train",
+            usage=USAGE,
+            add_help=False,
             description="Train with MaxEntGRPOTrainer. '--config recipe.yaml' reads field: value pairs from a YAML "
             "recipe; '--field value' arguments override them. Fields: the script arguments below, every field of "
             "MaxEntGRPOConfig (TRL's GRPOConfig plus the MaxEnt and generation fields), then TRL's ModelConfig "
             "(model_name_or_path, dtype, attn_implementation, model_revision, use_peft and the LoRA fields).",
+            epilog=f"{FIELDS_HINT}.",
         )
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        # Documented here, read before this parser runs (`parse_train_args`, `command`): never in its namespace.
+        options = self.add_argument_group("recipe and help")
+        options.add_argument(
+            "--config", metavar="RECIPE.yaml", default=argparse.SUPPRESS, help="YAML recipe of field: value pairs"
+        )
+        options.add_argument(*HELP_OPTIONS, action="store_true", default=argparse.SUPPRESS, help="the common fields")
+        options.add_argument(HELP_ALL_OPTION, action="store_true", default=argparse.SUPPRESS, help="this list")
+        self._action_groups.insert(0, self._action_groups.pop())  # listed first in the help
 
 
 def _read_recipe(path: str) -> dict[str, Any]:
@@ -169,23 +179,85 @@ def _unknown_field_hint(name: str, field_types: dict[str, Any]) -> str:
     return f"not a field of MaxEntGRPOConfig, ModelConfig or the train script arguments{guess} ({FIELDS_HINT})"
 
 
+#: What `train` cannot do without, optional in TRL's dataclasses.
+REQUIRED_FIELDS = ("model_name_or_path", "dataset_name")
+
+
+def missing_required_message(missing: Sequence[str], recipe: str | None) -> str:
+    """The error for required fields left unset (``missing``, as ``--field``), given the recipe path or None."""
+    names = ", ".join(missing)
+    if recipe is not None:
+        return f"the following arguments are required: {names} (recipe {recipe!r} does not set them either)"
+    return (
+        f"the following arguments are required: {names}, or a recipe that sets them (--config recipe.yaml, such as "
+        f"configs/recipes/demo.yaml); 'tiny' and 'vowels' are the built-in offline model and data set, and "
+        f"'{PROG} train --help' lists the common fields"
+    )
+
+
+def split_recipe(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The recipe path of ``--config PATH`` (or ``--config=PATH``), None without one, and the other arguments.
+
+    Raises:
+        UsageError: ``--config`` without a path, or given twice.
+    """
+    args = list(argv)
+    found = [i for i, arg in enumerate(args) if arg == "--config" or arg.startswith("--config=")]
+    if not found:
+        return None, args
+    if len(found) > 1:
+        raise UsageError("--config is given twice: give one recipe (fields on the command line override it)")
+    index = found[0]
+    if args[index] != "--config":
+        path = args.pop(index).partition("=")[2]
+    elif index + 1 < len(args):
+        path = args.pop(index + 1)
+        args.pop(index)
+    else:
+        path = ""
+    if not path:
+        raise UsageError("--config needs the path of a YAML recipe")
+    return path, args
+
+
+def check_required_named(recipe_path: str | None, args: Sequence[str]) -> None:
+    """Refuse a command line that names no model or no data set, neither in its arguments ``args`` nor in the
+    recipe at ``recipe_path``, before TRL's parser is built (which imports torch, transformers and TRL, and would
+    first refuse TRL's default bf16 on a machine without a GPU). Reads the recipe, sets nothing.
+
+    An option counts as given when it is a field's name (or its dashed twin, ``--dataset-name``) or, as argparse
+    takes abbreviations, the start of one; the exact check is `script_args.check_required`, after parsing.
+
+    Raises:
+        UsageError: naming the missing fields, or a recipe that cannot be read.
+    """
+    given: set[str] = set()
+    if recipe_path is not None:
+        given.update(str(key) for key, value in _read_recipe(recipe_path).items() if value is not None)
+    for arg in args:
+        name = arg.removeprefix("--").partition("=")[0].replace("-", "_") if arg.startswith("--") else ""
+        if name:
+            given.update(field for field in REQUIRED_FIELDS if field.startswith(name))
+    missing = [f"--{field}" for field in REQUIRED_FIELDS if field not in given]
+    if missing:
+        raise UsageError(missing_required_message(missing, recipe_path))
+
+
 def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntGRPOConfig, ModelConfig]:
     """`(TrainScriptArguments, MaxEntGRPOConfig, ModelConfig)` from ``[--config recipe.yaml] [--field value ...]``.
 
     Raises:
-        UsageError: missing or malformed recipe, unknown field, value of the wrong type, or a value the config
-            rejects (its `ValueError` names the field).
+        UsageError: no model or data set named (`check_required_named`, before the heavy parser is built), missing
+            or malformed recipe, unknown field, value of the wrong type, or a value the config rejects (its
+            `ValueError` names the field).
     """
     import maxent_grpo.cli.script_args as inputs
 
+    recipe_path, args = split_recipe(argv)
+    check_required_named(recipe_path, args)
     parser = RecipeParser()
-    args = list(argv)
-    if "--config" in args:
-        index = args.index("--config")
-        if index + 1 >= len(args):
-            raise UsageError("--config needs the path of a YAML recipe")
-        _apply_recipe(parser, args[index + 1])
-        del args[index : index + 2]
+    if recipe_path is not None:
+        _apply_recipe(parser, recipe_path)
     try:
         script_args, config, model_args, remaining = parser.parse_args_into_dataclasses(
             args=args, return_remaining_strings=True
@@ -195,5 +267,5 @@ def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntG
     if remaining:
         name = remaining[0].removeprefix("--").partition("=")[0]
         raise UsageError(f"unknown argument {remaining[0]!r}: {_unknown_field_hint(name, _field_types(parser))}")
-    inputs.check_required(script_args, model_args)
+    inputs.check_required(script_args, model_args, recipe_path)
     return script_args, config, model_args

@@ -6,7 +6,6 @@ objects for `MaxEntGRPOTrainer` and raise `UsageError` with one clear sentence w
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,12 +81,15 @@ class TrainScriptArguments(ScriptArguments):
     )
 
 
-def check_required(script_args: TrainScriptArguments, model_args: ModelConfig) -> None:
-    """`model_name_or_path` and `dataset_name`, optional in TRL's dataclasses, are what `train` cannot do without."""
+def check_required(script_args: TrainScriptArguments, model_args: ModelConfig, recipe: str | None = None) -> None:
+    """`model_name_or_path` and `dataset_name`, optional in TRL's dataclasses, are what `train` cannot do without
+    (``recipe``: the path of the recipe read, or None, for the message)."""
+    from maxent_grpo.cli.recipe import missing_required_message
+
     given = {"model_name_or_path": model_args.model_name_or_path, "dataset_name": script_args.dataset_name}
     missing = [f"--{name}" for name, value in given.items() if value is None]
     if missing:
-        raise UsageError(f"the following arguments are required: {', '.join(missing)}")
+        raise UsageError(missing_required_message(missing, recipe))
 
 
 def load_train_dataset(args: TrainScriptArguments) -> Dataset | IterableDataset:
@@ -199,12 +201,13 @@ def check_reward_columns(
 
 
 def check_generation_backend(config: MaxEntGRPOConfig) -> None:
-    """vLLM generation (`use_vllm`) needs the vllm package."""
-    if config.use_vllm and importlib.util.find_spec("vllm") is None:
-        raise UsageError(
-            f"use_vllm=True (vllm_mode={config.vllm_mode!r}) needs vLLM, which is not installed: "
-            "pip install 'maxent-grpo[vllm]', or set use_vllm to false to generate with transformers"
-        )
+    """vLLM generation (`use_vllm`) needs the vllm package here in colocate mode and in server mode with the NCCL
+    weight transfer; server mode with the disk transfer needs only HTTP and a shared directory
+    (`selection.vllm_install_problem`)."""
+    from maxent_grpo.training.generation.backends.selection import vllm_install_problem
+
+    if (problem := vllm_install_problem(config)) is not None:
+        raise UsageError(problem)
 
 
 def resolve_resume_checkpoint(config: MaxEntGRPOConfig) -> None:

@@ -12,6 +12,12 @@ give its command line and environment for a weight transfer (``vllm_weight_trans
 
 Arguments after the model are passed on to vLLM unchanged (``--dtype``, ``--max-model-len``, ...).
 
+Only the trainer may push: with ``--api-key`` (or ``VLLM_API_KEY`` in the environment) every route of the server, the
+development endpoints and ``/health`` included, refuses a request without the key (`server_key_guard`, added with
+``--middleware``: vLLM's own key covers only its ``/v1`` routes); the trainer sends it from ``vllm_server_api_key``.
+With ``--weights-root DIR`` the reload extension loads weights only from under ``DIR``. A server listening beyond
+127.0.0.1 without a key is started with one warning line.
+
 The server never outlives the command: Ctrl-C, SIGTERM (a job scheduler, ``kill``) and SIGHUP (the terminal or ssh
 session closed; unless the command was started under ``nohup``) end the command and its server's whole process
 group; if the command itself is killed (SIGKILL, out of memory), a watchdog process (`server_watchdog`) ends the
@@ -37,7 +43,12 @@ from pathlib import Path
 
 import requests
 
-from maxent_grpo.training.generation.backends.server_reload_extension import EXTENSION_QUALNAME
+from maxent_grpo.training.generation.backends.server_key_guard import (
+    KEY_VARIABLE,
+    MIDDLEWARE_QUALNAME,
+    authorization_headers,
+)
+from maxent_grpo.training.generation.backends.server_reload_extension import EXTENSION_QUALNAME, WEIGHTS_ROOT_VARIABLE
 
 WEIGHT_TRANSFERS = ("disk", "nccl")
 _POLL_SECONDS = 1.0
@@ -45,16 +56,19 @@ _GRACE_SECONDS = 30.0
 _WATCHDOG = Path(__file__).with_name("server_watchdog.py")
 _ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # ended like Ctrl-C
 _TCP_LISTEN = "0A"  # the state column of /proc/net/tcp
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def serve_command(
     model: str, *, host: str, port: int, weight_transfer: str | None, vllm_args: Sequence[str] = ()
 ) -> list[str]:
-    """The command line of a vLLM server for ``weight_transfer`` (``"disk"``, ``"nccl"``, or None for none)."""
+    """The command line of a vLLM server for ``weight_transfer`` (``"disk"``, ``"nccl"``, or None for none), with the
+    key guard on every route (`server_key_guard`; it guards only when the server's environment holds a key)."""
     if weight_transfer not in (*WEIGHT_TRANSFERS, None):
         raise ValueError(f"weight_transfer must be one of {WEIGHT_TRANSFERS} or None, got {weight_transfer!r}")
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
     command += ["--host", host, "--port", str(port), "--logprobs-mode", "processed_logprobs"]
+    command += ["--middleware", MIDDLEWARE_QUALNAME]
     if weight_transfer == "disk":
         command += ["--worker-extension-cls", EXTENSION_QUALNAME]
     elif weight_transfer == "nccl":
@@ -62,19 +76,35 @@ def serve_command(
     return command + list(vllm_args)
 
 
-def serve_environment(base: Mapping[str, str], weight_transfer: str | None) -> dict[str, str]:
-    """``base`` plus what the server needs for ``weight_transfer``: its development endpoints."""
-    return {**base, "VLLM_SERVER_DEV_MODE": "1"} if weight_transfer is not None else dict(base)
+def serve_environment(
+    base: Mapping[str, str],
+    weight_transfer: str | None,
+    *,
+    api_key: str | None = None,
+    weights_root: str | Path | None = None,
+) -> dict[str, str]:
+    """``base`` plus what the server needs for ``weight_transfer`` (its development endpoints), its key (``api_key``,
+    as ``VLLM_API_KEY``; None keeps ``base``'s) and the one directory it loads weights from (``weights_root``)."""
+    environment = {**base, "VLLM_SERVER_DEV_MODE": "1"} if weight_transfer is not None else dict(base)
+    if api_key:
+        environment[KEY_VARIABLE] = api_key
+    if weights_root is not None:
+        environment[WEIGHTS_ROOT_VARIABLE] = str(Path(weights_root).resolve())
+    return environment
 
 
-def wait_until_ready(process: subprocess.Popen[bytes], base_url: str, timeout: float) -> str | None:
-    """Poll ``GET /health`` until it answers 200 (return None), the process exits or ``timeout`` passes (why not)."""
+def wait_until_ready(
+    process: subprocess.Popen[bytes], base_url: str, timeout: float, api_key: str | None = None
+) -> str | None:
+    """Poll ``GET /health`` (with the server's key) until it answers 200 (return None), the process exits or
+    ``timeout`` passes (why not)."""
     deadline = time.monotonic() + timeout
+    headers = authorization_headers(api_key)
     while time.monotonic() < deadline:
         if process.poll() is not None:
             return f"the vLLM server exited with code {process.returncode}"
         try:
-            if requests.get(f"{base_url}/health", timeout=_POLL_SECONDS).status_code == 200:
+            if requests.get(f"{base_url}/health", timeout=_POLL_SECONDS, headers=headers).status_code == 200:
                 return None
         except requests.RequestException:
             pass
@@ -97,6 +127,18 @@ def parser(prog: str, parser_class: type[argparse.ArgumentParser]) -> argparse.A
         default="disk",
         help="how the trainer pushes weights (its vllm_weight_transfer): 'disk' (CPU or GPU, survives restarts) or "
         "'nccl' (GPU trainer and server; default: %(default)s)",
+    )
+    result.add_argument(
+        "--api-key",
+        default=None,
+        help="the key every request to the server must carry, on every route (the trainer's vllm_server_api_key); "
+        "default: VLLM_API_KEY from the environment, else none. Give it whenever --host is not a loopback address",
+    )
+    result.add_argument(
+        "--weights-root",
+        default=None,
+        help="the only directory (with what is under it) the server loads weights from: the trainer's "
+        "vllm_weights_dir must be inside it (default: any path the server can read)",
     )
     result.add_argument(
         "--ready-timeout", type=float, default=600.0, help="seconds to wait for the server (default: %(default)s)"
@@ -184,6 +226,15 @@ def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str
     busy = port_in_use(options.host, options.port)
     if busy is not None:
         return 1, busy
+    api_key = options.api_key or os.environ.get(KEY_VARIABLE) or None
+    if api_key is None and options.host not in _LOOPBACK:
+        print(
+            f"maxent-grpo vllm-serve: warning: {options.host} is reachable beyond this machine and the server has "
+            "no key: anyone who reaches it can pause generation or load weights into it; pass --api-key KEY (and "
+            "vllm_server_api_key=KEY to the trainer)",
+            file=sys.stderr,
+            flush=True,
+        )
     print(" ".join(command), flush=True)
     # The server and its engine process in a process group of their own, ended together by `_stop`; SIGTERM and
     # SIGHUP end this command the way Ctrl-C does, so the server goes with it (see the module docstring).
@@ -195,19 +246,23 @@ def run(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, str
     }
     process = subprocess.Popen(
         command,
-        env=serve_environment(os.environ, options.weight_transfer),
+        env=serve_environment(os.environ, options.weight_transfer, api_key=api_key, weights_root=options.weights_root),
         start_new_session=True,  # a process group of its own, ended as a whole by `_stop`
     )
     watchdog = [sys.executable, "-I", str(_WATCHDOG), str(os.getpid()), str(process.pid)]
     guard = subprocess.Popen(watchdog, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
     try:
-        problem = wait_until_ready(process, base_url, options.ready_timeout) or _other_listeners(process.pid, options)
+        problem = wait_until_ready(process, base_url, options.ready_timeout, api_key) or _other_listeners(
+            process.pid, options
+        )
         if problem is not None:
             return 1, problem
         elsewhere = f" (from other machines: http://{socket.gethostname()}:{options.port})" if every_address else ""
+        key = ", vllm_server_api_key=<the key>" if api_key else ""
+        root = f", vllm_weights_dir under {options.weights_root}" if options.weights_root else ""
         print(
             f"vLLM server ready at {base_url}{elsewhere}: train with use_vllm=True, vllm_mode='server', "
-            f"vllm_server_base_url={base_url}, vllm_weight_transfer='{options.weight_transfer}'",
+            f"vllm_server_base_url={base_url}, vllm_weight_transfer='{options.weight_transfer}'{key}{root}",
             flush=True,
         )
         code = process.wait()

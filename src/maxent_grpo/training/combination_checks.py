@@ -8,13 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from maxent_grpo.training.generation.backends.selection import weight_transfer_name
+from maxent_grpo.training.generation.backends.selection import vllm_install_problem, weight_transfer_name
 
 IMAGE_COLUMNS = ("image", "images")
 
 
 def check_combinations(config: Any, generation_backend: Any, trainer_kwargs: dict[str, Any]) -> None:
-    """Raise ValueError for a combination `MaxEntGRPOTrainer` does not support (see each message)."""
+    """Refuse a combination `MaxEntGRPOTrainer` does not support (see each message).
+
+    Raises:
+        ValueError: fields, arguments or data that do not go together.
+        ImportError: ``use_vllm`` where vLLM is needed in this environment and not installed
+            (`selection.vllm_install_problem`: colocate mode, or server mode with the NCCL weight transfer).
+    """
+    if (problem := vllm_install_problem(config)) is not None:
+        raise ImportError(problem)
     with_tools = bool(trainer_kwargs.get("tools")) or trainer_kwargs.get("environment_factory") is not None
     rollout_func = trainer_kwargs.get("rollout_func") is not None
     if rollout_func and (generation_backend is not None or with_tools):

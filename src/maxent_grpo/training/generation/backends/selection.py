@@ -7,6 +7,8 @@ mode ``vllm_weight_transfer`` picks how the weights reach the server (`weight_tr
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import torch
 from maxent_grpo.training.generation.backends import colocate_engine
 from maxent_grpo.training.generation.backends.protocol import GenerationBackend
 from maxent_grpo.training.generation.backends.sampling import SamplingSettings
+from maxent_grpo.training.generation.backends.server_key_guard import KEY_VARIABLE
 from maxent_grpo.training.generation.backends.transformers_backend import TransformersBackend
 from maxent_grpo.training.generation.backends.vllm_colocate import VLLMColocateBackend
 from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
@@ -49,6 +52,33 @@ def weight_transfer_name(args: Any) -> str:
     return "nccl" if torch.cuda.is_available() and not args.use_cpu else "disk"
 
 
+def vllm_install_problem(args: Any) -> str | None:
+    """Why ``args`` (a `MaxEntGRPOConfig`) needs vLLM installed in the trainer's environment, which it is not; None
+    when vLLM is installed or not needed.
+
+    Colocate mode runs the engine in the trainer, and server mode with the NCCL weight transfer joins vLLM's NCCL
+    communicator, so both need vLLM. Server mode with the disk transfer does not: the trainer speaks HTTP to the
+    server and writes the weights into a directory the server reads (`trl_server_client`).
+    """
+    if not args.use_vllm or importlib.util.find_spec("vllm") is not None:
+        return None
+    if args.vllm_mode != "server":
+        return (
+            f"use_vllm=True (vllm_mode={args.vllm_mode!r}) needs vLLM, which is not installed: pip install "
+            "'maxent-grpo[vllm]', or set use_vllm to false to generate with transformers, or run the engine as a "
+            "server elsewhere (vllm_mode: server with vllm_weight_transfer: disk needs no vLLM here)"
+        )
+    if weight_transfer_name(args) == "disk":
+        return None
+    resolved = " ('auto' on a CUDA trainer)" if args.vllm_weight_transfer == "auto" else ""
+    return (
+        f"use_vllm=True, vllm_mode='server' with vllm_weight_transfer={args.vllm_weight_transfer!r}{resolved} "
+        "pushes the weights through vLLM's NCCL communicator, which needs vLLM in the trainer's environment, and it "
+        "is not installed: set vllm_weight_transfer to 'disk' (HTTP and a directory the server reads, no vLLM "
+        "here), or pip install 'maxent-grpo[vllm]'"
+    )
+
+
 #: The disk transport's folder inside ``output_dir`` when ``vllm_weights_dir`` is None. Its leading underscore keeps
 #: it out of every Hub upload the Trainer makes (`push_to_hub`, and the pushes of ``hub_strategy``: they ignore
 #: ``_*`` and ``checkpoint-*``), which would otherwise send an outdated copy of the model, mid-rewrite.
@@ -59,6 +89,11 @@ def weights_directory(args: Any) -> Path:
     """Where the disk transport writes the weights: ``vllm_weights_dir``, by default ``<output_dir>/_vllm-weights``
     (`DEFAULT_WEIGHTS_FOLDER`)."""
     return Path(args.vllm_weights_dir or Path(args.output_dir) / DEFAULT_WEIGHTS_FOLDER)
+
+
+def server_api_key(args: Any) -> str | None:
+    """The key of the trainer's vLLM server: ``vllm_server_api_key``, else ``VLLM_API_KEY`` (as vLLM reads it)."""
+    return args.vllm_server_api_key or os.environ.get(KEY_VARIABLE) or None
 
 
 def _vllm_server(trainer: Any) -> GenerationBackend:
@@ -80,6 +115,7 @@ def _vllm_server(trainer: Any) -> GenerationBackend:
         weight_sync=None if disk else generation.sync_weights,
         weights_directory=weights_directory(args) if disk else None,
         weight_source=trl_parameter_walk,
+        api_key=server_api_key(args),
     )
 
 

@@ -6,6 +6,11 @@ jittered exponential backoff up to ``max_attempts`` times, each try bounded by `
 generation step's deadline (`ServerTransport.deadline`). A 4xx that no prompt can cause raises
 `VLLMServerRequestError` at once; any other 4xx answer to a completion request is returned to the caller, who treats
 it as the server rejecting that request's prompt.
+
+`HealthWait` is the wait for a server to come up (``GET /health``), shared with the client TRL builds in server
+mode (`trl_server_client`): one warning when the server is found down, one ``still waiting`` line every
+`STILL_WAITING_EVERY` seconds, and after ``vllm_server_timeout`` seconds one `VLLMServerUnavailableError` naming the
+address and that field.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from maxent_grpo.training.generation.backends.http_deadline import (
     DeadlineAdapter,
     exchange,
 )
+from maxent_grpo.training.generation.backends.protocol import GenerationStopped
 
 #: The endpoint completions are asked from.
 COMPLETIONS_PATH = "/v1/completions"
@@ -35,6 +41,16 @@ _TRANSIENT_STATUSES = frozenset({408, 429})
 _CONFIGURATION_STATUSES = frozenset({401, 403, 404})
 
 _HEALTH_POLL_SECONDS = 1.0
+
+#: Seconds between the ``still waiting`` lines while a server is waited for (see `HealthWait`).
+STILL_WAITING_EVERY = 30.0
+
+#: The config field that sets how long a server has to come up: TRL's client waits that long, and the built-in
+#: server backend gets it as its ``connection_timeout``.
+SERVER_TIMEOUT_FIELD = "vllm_server_timeout"
+
+#: How `ServerTransport` names its wait's setting: a backend of the user's own is given ``connection_timeout``.
+BACKEND_TIMEOUT_SETTING = f"connection_timeout; {SERVER_TIMEOUT_FIELD} for the trainer's built-in backend"
 
 #: ``count(stat, amount)``: adds ``amount`` to the owner's counter ``stat``.
 StatCounter = Callable[[str, int], None]
@@ -58,18 +74,166 @@ class VLLMServerRequestError(RuntimeError):
         self.status_code = status_code
 
 
-class VLLMServerUnavailableError(ConnectionError):
-    """The server has not come up within ``connection_timeout`` seconds of the first request."""
+class VLLMServerUnavailableError(GenerationStopped, ConnectionError):
+    """The server has not come up within ``connection_timeout`` seconds (the config's ``vllm_server_timeout``).
 
-    def __init__(self, base_url: str, connection_timeout: float, cause: str) -> None:
+    A `GenerationStopped`: raised by a backend's ``generate``, it stops training at once with this message instead of
+    counting as one failed call to retry (every retry would wait for the same absent server). It is also a
+    `ConnectionError`, which TRL's server client raises in its place.
+
+    Args:
+        base_url: the server's address.
+        connection_timeout: the seconds it had to come up.
+        cause: why the last poll failed.
+        tries: how many polls were made, or None.
+        setting: what sets ``connection_timeout``, named in the message.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        connection_timeout: float,
+        cause: str,
+        tries: int | None = None,
+        setting: str = SERVER_TIMEOUT_FIELD,
+    ) -> None:
+        polls = "" if tries is None else f"{tries} tries, the last: "
         super().__init__(
-            f"the vLLM server at {base_url} has not come up within {connection_timeout:g} s of the first request "
-            f"({cause}): is it running, at this address? (connection_timeout / vllm_server_timeout)"
+            f"the vLLM server at {base_url} has not come up within {connection_timeout:g} s ({polls}{cause}): is it "
+            f"running, at this address? Start it first (maxent-grpo vllm-serve), or give it longer ({setting})"
         )
 
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def _brief(exc: BaseException) -> str:
+    """``exc`` in a few words: its type and the system's reason at the bottom of the chain requests and urllib3 wrap
+    it in (``ConnectionError: Connection refused``), or `_describe`'s text when there is none."""
+    pending, seen = [exc], set()
+    while pending:
+        cause = pending.pop()
+        if id(cause) in seen:
+            continue
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.strerror:
+            return f"{type(exc).__name__}: {cause.strerror}"
+        linked = (cause.__cause__, cause.__context__, getattr(cause, "reason", None), *cause.args)
+        pending.extend(link for link in linked if isinstance(link, BaseException))
+    return _describe(exc)
+
+
+#: ``get(url, timeout)``: one ``GET`` with a timeout in seconds (`requests.get`'s signature).
+HealthGet = Callable[..., requests.Response]
+
+
+class HealthWait:
+    """The wait for one server to come up: ``GET /health`` polled until it answers 200, logged in a few lines.
+
+    The first poll that finds the server down logs one warning (the address, the cause, and how long the wait may
+    last); while it stays down, one ``still waiting (k tries, t s of T s)`` warning every ``report_every`` seconds,
+    never one line per poll. A server that comes up after such a warning gets one info line. Polls, and the time
+    they have taken, add up over every `wait` of one instance.
+
+    Args:
+        base_url: server root, e.g. ``http://host:8000``.
+        timeout: the seconds the server has in all, for the messages.
+        get: ``get(url, timeout=seconds)`` making one request, `requests.get` or a session's ``get``.
+        log: where the waiting lines go.
+        poll_timeout: seconds one poll may take at most (never beyond the end of the wait, but at least
+            one poll interval).
+        report_every: seconds between two ``still waiting`` warnings.
+        setting: what sets ``timeout``, named in the messages.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float,
+        *,
+        get: HealthGet,
+        log: logging.Logger,
+        poll_timeout: float = 10.0,
+        report_every: float = STILL_WAITING_EVERY,
+        setting: str = SERVER_TIMEOUT_FIELD,
+    ) -> None:
+        self.base_url = base_url
+        self.setting = setting
+        self.timeout = timeout
+        self.tries = 0
+        self._get = get
+        self._log = log
+        self._poll_timeout = poll_timeout
+        self._report_every = report_every
+        self._started: float | None = None
+        self._reported_at: float | None = None
+
+    def wait(self, budget: float) -> requests.Response | str:
+        """Poll ``GET /health`` for at most ``budget`` seconds (at least one poll).
+
+        Returns:
+            The 200 response, or the cause of the last failed poll once ``budget`` is spent.
+        """
+        url = f"{self.base_url}/health"
+        now = time.monotonic()
+        if self._started is None:
+            self._started = now
+        deadline = now + budget
+        while True:
+            self.tries += 1
+            timeout = min(self._poll_timeout, max(deadline - time.monotonic(), _HEALTH_POLL_SECONDS))
+            try:
+                response = self._get(url, timeout=timeout)
+            except TRANSIENT_ERRORS as exc:
+                cause = _brief(exc)
+            else:
+                if response.status_code == 200:
+                    if self._reported_at is not None:
+                        self._log.info(
+                            "the vLLM server at %s is up (after %d tries, %.0f s)", self.base_url, self.tries,
+                            self.waited(),
+                        )  # fmt: skip
+                    return response
+                cause = f"HTTP {response.status_code}"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return cause
+            self._report(cause)
+            time.sleep(min(_HEALTH_POLL_SECONDS, remaining))
+
+    def waited(self) -> float:
+        """Seconds since the first poll (0 before it)."""
+        return 0.0 if self._started is None else time.monotonic() - self._started
+
+    def error(self, cause: str) -> VLLMServerUnavailableError:
+        """The error for a server that has not come up in time, ``cause`` the last poll's failure."""
+        return VLLMServerUnavailableError(self.base_url, self.timeout, cause, self.tries, self.setting)
+
+    def _report(self, cause: str) -> None:
+        now = time.monotonic()
+        if self._reported_at is None:
+            self._log.warning(
+                "waiting for the vLLM server at %s to come up (%s); giving up after %g s (%s), a line every %g s "
+                "till then",
+                self.base_url,
+                cause,
+                self.timeout,
+                self.setting,
+                self._report_every,
+            )
+        elif now - self._reported_at >= self._report_every:
+            self._log.warning(
+                "still waiting for the vLLM server at %s (%d tries, %.0f s of %g s): %s",
+                self.base_url,
+                self.tries,
+                self.waited(),
+                self.timeout,
+                cause,
+            )
+        else:
+            return
+        self._reported_at = now
 
 
 class ServerTransport:
@@ -118,7 +282,7 @@ class ServerTransport:
         self._jitter = random.Random()
         self._model_lock = threading.Lock()
         self._model: str | None = None
-        self._first_contact: float | None = None
+        self._health: HealthWait | None = None  # from the first `served_model` call on
         # `max_retries=0`: urllib3 must not retry behind our back; `send` owns the retry policy.
         self.session = requests.Session()
         adapter = DeadlineAdapter(max_retries=0, pool_maxsize=max_concurrency)
@@ -196,26 +360,36 @@ class ServerTransport:
     def served_model(self) -> str | None:
         """Return the served model id (``data[0].id`` of ``GET /v1/models``), connecting first if needed.
 
-        Until the server has answered once, each call waits for ``GET /health`` to answer 200, all calls together
-        for at most ``connection_timeout`` seconds from the first; after that a server still not up raises at once
-        on every call (after one quick probe, so a server that comes up late is still picked up).
+        Until the server has answered once, each call waits for ``GET /health`` to answer 200 (`HealthWait`: one
+        warning, then one ``still waiting`` line every `STILL_WAITING_EVERY` seconds), all calls together for at
+        most ``connection_timeout`` seconds from the first; after that a server still not up raises at once on every
+        call (after one quick probe, so a server that comes up late is still picked up). A wait cut short by the
+        generation step's deadline returns None instead of raising.
 
         Returns:
             The model id, or None (logged) when the server stopped answering or sent no model id.
 
         Raises:
-            VLLMServerUnavailableError: the server has not come up within ``connection_timeout``.
+            VLLMServerUnavailableError: the server has not come up within ``connection_timeout`` (a
+                `GenerationStopped`: training stops with its message).
             VLLMServerRequestError: ``GET /v1/models`` was answered with a 4xx.
         """
         with self._model_lock:
             if self._model is not None:
                 return self._model
-            if self._first_contact is None:
-                self._first_contact = time.monotonic()
-            waited = time.monotonic() - self._first_contact
-            cause = self._wait_for_health(max(self.connection_timeout - waited, 0.0))
-            if cause is not None and self.time_left() > 0:
-                raise VLLMServerUnavailableError(self.base_url, self.connection_timeout, cause)
+            if self._health is None:
+                self._health = HealthWait(
+                    self.base_url,
+                    self.connection_timeout,
+                    get=self.session.get,
+                    log=self._log,
+                    poll_timeout=self.request_timeout,
+                    setting=BACKEND_TIMEOUT_SETTING,
+                )
+            budget = min(max(self.connection_timeout - self._health.waited(), 0.0), max(self.time_left(), 0.0))
+            health = self._health.wait(budget)
+            if isinstance(health, str) and self.time_left() > 0:
+                raise self._health.error(health)
             answer = self.send("GET", "/v1/models")
             if answer is None:
                 return None
@@ -237,24 +411,3 @@ class ServerTransport:
     def close(self) -> None:
         """Close the HTTP connections."""
         self.session.close()
-
-    def _wait_for_health(self, budget: float) -> str | None:
-        """Poll ``GET /health`` until it answers 200 (return None) or ``budget`` seconds (or the step's budget) have
-        passed (return the last cause). At least one poll is made."""
-        url = f"{self.base_url}/health"
-        deadline = time.monotonic() + min(budget, self.time_left())
-        while True:
-            poll_timeout = min(self.request_timeout, max(deadline - time.monotonic(), _HEALTH_POLL_SECONDS))
-            try:
-                response = self.session.get(url, timeout=poll_timeout)
-            except TRANSIENT_ERRORS as exc:
-                cause = _describe(exc)
-            else:
-                if response.status_code == 200:
-                    return None
-                cause = f"HTTP {response.status_code}"
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return cause
-            self._log.info("waiting for the vLLM server at %s to come up (%s)", self.base_url, cause)
-            time.sleep(min(_HEALTH_POLL_SECONDS, remaining))

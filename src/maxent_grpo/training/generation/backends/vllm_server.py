@@ -3,8 +3,9 @@
 The server is the one ``vllm serve <model> --logprobs-mode processed_logprobs`` starts (add
 ``--weight-transfer-config`` so the trainer can push weights into it). This backend uses three endpoints:
 
-- ``GET /health``: waited on before the first request, for at most ``connection_timeout`` seconds in all (a server
-  that has not come up by then raises `VLLMServerUnavailableError`);
+- ``GET /health``: waited on before the first request, for at most ``connection_timeout`` seconds in all, with one
+  warning and then one ``still waiting`` line every 30 s (a server that has not come up by then raises
+  `VLLMServerUnavailableError`, which stops training);
 - ``GET /v1/models``: the served model id is ``data[0].id``;
 - ``POST /v1/completions`` with token-id prompts, ``return_token_ids`` and ``return_tokens_as_token_ids``, so the
   server reports the exact prompt and completion ids it used and every logprob keyed as ``"token_id:<id>"``.
@@ -57,6 +58,7 @@ from maxent_grpo.training.generation.backends.prompt_encoding import encode_prom
 from maxent_grpo.training.generation.backends.protocol import Completion, TokenPrompt
 from maxent_grpo.training.generation.backends.request_seeds import RequestSeeds
 from maxent_grpo.training.generation.backends.sampling import SamplingSettings, check_int, check_number
+from maxent_grpo.training.generation.backends.server_key_guard import authorization_headers
 from maxent_grpo.training.generation.backends.server_transport import (
     COMPLETIONS_PATH,
     ServerTransport,
@@ -113,9 +115,9 @@ class VLLMServerBackend:
             between half and all of it.
         max_concurrency: most requests in flight at once.
         connection_timeout: seconds the server has to come up, counted from the first request: until it has answered
-            once, calls wait for it; once this has passed, a call whose quick probe still finds no server raises
-            `VLLMServerUnavailableError` (the trainer retries, then stops after
-            ``generation_max_consecutive_empty_batches`` batches with that message).
+            once, calls wait for it (`HealthWait`: one warning, then one line every 30 s); once this has passed, a
+            call whose quick probe still finds no server raises `VLLMServerUnavailableError`, a `GenerationStopped`:
+            training stops at once with that message. The trainer's built-in backend gets ``vllm_server_timeout``.
         weights_directory: the disk transport (`server_weight_sync`): `sync_weights` writes each new version of the
             training weights here, and before every generation call the server is checked to serve it, and loads it
             (again, after a restart) when it does not. The server must read this directory under the same path and
@@ -128,6 +130,8 @@ class VLLMServerBackend:
         weight_sync: a push of your own, called by `sync_weights` (the trainer passes TRL's NCCL push,
             ``VLLMGeneration.sync_weights``, for ``vllm_weight_transfer="nccl"``). Without it or ``weights_directory``
             the server keeps its own weights and generation is off-policy; a warning says so once.
+        api_key: the server's key (``maxent-grpo vllm-serve --api-key``, vLLM's ``VLLM_API_KEY``): every request,
+            the weight push's included, carries it as ``Authorization: Bearer <key>``. None: no key.
 
     With a time budget for the generation step (`set_deadline`, which the trainer calls when
     ``generation_step_timeout`` is set), each try also ends by the step's deadline, backoff never sleeps past it, and
@@ -158,6 +162,7 @@ class VLLMServerBackend:
         weight_sync: Callable[[], None] | None = None,
         weights_directory: str | Path | None = None,
         weight_source: WeightSource = parameters,
+        api_key: str | None = None,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
@@ -198,6 +203,7 @@ class VLLMServerBackend:
             count=self._count,
             log=logger,
         )
+        self._transport.session.headers.update(authorization_headers(api_key))
         self._weights = (
             None
             if weights_directory is None
