@@ -396,8 +396,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument(
         "--server-url",
-        help="train against this running server (disk weight reloads, a model of the benchmark's shape) instead of "
-        "starting one on --port; it is neither pinned nor measured",
+        help="train against this running server (disk weight reloads, serving --model-dir's model or one of the "
+        "benchmark's shape) instead of starting one on --port; it is neither pinned nor measured",
+    )
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        help="train this saved model (the one --server-url serves) instead of building the tiny model; --hidden-size "
+        "and --num-layers are then ignored",
     )
     parser.add_argument("--trainer-core", type=int, default=1)
     add_output_arguments(parser, "async_generation", Path(__file__).resolve().parent / "results" / "async_generation")
@@ -433,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
-        model_dir = save_tiny_model(
+        model_dir = options.model_dir or save_tiny_model(
             work / "model", hidden_size=options.hidden_size, num_layers=options.num_layers, seed=0
         )
         max_model_len = 64 * (2 + options.max_completion_length // 64)

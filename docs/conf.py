@@ -64,9 +64,13 @@ nitpick_ignore_regex = [
     (r"py:.*", rf"({'|'.join(_EXTERNAL_PACKAGES)})(\..*)?"),
     (r"py:.*", rf"({'|'.join(_EXTERNAL_SHORT_NAMES)})"),
     # The standard library (no inventory of docs.python.org either).
-    (r"py:.*", r"(collections\.abc|pathlib|asyncio)\..*"),
-    # Internal types of the generation step that are not on the API pages (its data flow is on the design page).
-    (r"py:class", r"AnyProcess|maxent_grpo\.training\.generation\.rows\.GeneratedRows"),
+    (r"py:.*", r"(collections\.abc|pathlib|asyncio|logging)\..*"),
+    # Internal types of the generation step that are not on the API pages (its data flow is on the design page), and
+    # the HTTP transport's answer type.
+    (
+        r"py:class",
+        r"AnyProcess|maxent_grpo\.training\.generation\.(rows\.GeneratedRows|backends\.http_deadline\.Answer)",
+    ),
 ]
 # Where an annotation is a string autodoc cannot evaluate, these short names still link to this package's objects.
 autodoc_type_aliases = {

@@ -103,7 +103,7 @@ class MaxEntGRPOConfig(GRPOConfig):
             "extension, tied weights included, a partial load refused); works on CPU and across machines that share "
             "a file system; before every generation call the server is checked to serve the trainer's version, and "
             "a restarted server gets it again. 'nccl': TRL's NCCL push (the trainer needs CUDA; a server that dies "
-            "stops training). 'auto': 'nccl' when the trainer runs on CUDA, else 'disk'."
+            "stops training). 'auto': 'nccl' when the trainer runs on CUDA with one server, else 'disk'."
         },
     )
     vllm_weights_dir: str | None = field(
@@ -112,6 +112,16 @@ class MaxEntGRPOConfig(GRPOConfig):
             "help": "Directory of the disk weight transfer; the vLLM server must read it under the same path (a "
             "shared file system across machines). Only the run's latest version is kept. None: "
             "`<output_dir>/_vllm-weights`, which the Trainer's Hub uploads leave out (they ignore `_*`)."
+        },
+    )
+    vllm_server_base_urls: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Several vLLM servers (server mode, disk transport), e.g. `http://gen0:8000 http://gen1:8000`: "
+            "each generation call spreads its prompt groups over the servers that answer; a server that fails has "
+            "its missing completions retried on the others, and is given work again, with the training weights, "
+            "once it answers again. Every server reads `vllm_weights_dir` under the same path. None: the one server "
+            "of `vllm_server_base_url` (or `vllm_server_host` and `vllm_server_port`)."
         },
     )
     vllm_server_api_key: str | None = field(
@@ -377,6 +387,34 @@ class MaxEntGRPOConfig(GRPOConfig):
         if self.vllm_weights_dir is not None and not str(self.vllm_weights_dir).strip():
             _fail("vllm_weights_dir", self.vllm_weights_dir, "None or a directory path")
         self._validate_async_generation()
+        self._validate_server_urls()
+
+    def _validate_server_urls(self) -> None:
+        urls = self.vllm_server_base_urls
+        if urls is None:
+            return
+        if not isinstance(urls, list | tuple) or not urls:
+            _fail("vllm_server_base_urls", urls, "None or a non-empty list of http:// or https:// URLs")
+        for url in urls:
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                _fail("vllm_server_base_urls", urls, f"http:// or https:// URLs ({url!r} is not one)")
+        stripped = [url.rstrip("/") for url in urls]
+        if len(set(stripped)) < len(stripped):
+            _fail("vllm_server_base_urls", urls, "URLs that are all different")
+        if self.vllm_server_base_url is not None and self.vllm_server_base_url.rstrip("/") != stripped[0]:
+            _fail(
+                "vllm_server_base_urls",
+                urls,
+                f"None when vllm_server_base_url is set ({self.vllm_server_base_url!r}); give one of the two",
+            )
+        if len(urls) > 1 and self.vllm_weight_transfer == "nccl":
+            _fail(
+                "vllm_server_base_urls",
+                urls,
+                "one URL unless vllm_weight_transfer is 'disk' or 'auto' (TRL's NCCL push reaches one server)",
+            )
+        # TRL's own client (built with the trainer) talks to the first server.
+        self.vllm_server_base_url = stripped[0]
 
     def _drop_default(self, name: str, value: Any, because: str) -> None:
         """Replace the default of field ``name`` (which the user did not set) by ``value``, saying so."""

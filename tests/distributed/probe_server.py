@@ -9,7 +9,8 @@ with process 1's first call ahead raising (a fault on one process only). Each tr
 its first generation, whatever an earlier variant left on the server. Each process writes
 OUTPUT_DIR/<variant>/rank<r>.json: its backend's weight version at each generation call, its weight pushes, the
 largest difference between the server's log-probs of a fixed text and its own model's (the initial model's) after
-each call that brought completions back, and some generation metrics logged at each step.
+each call that brought completions back, the sum of its model's parameters after training (of its own shards under
+``fsdp2``) and some generation metrics logged at each step.
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ def train(output_dir: Path, model_dir: str, base_url: str, variant: str):
         "to_current": [] if is_async else probe.to_current,
         "to_initial": [] if is_async else probe.to_initial,
         "sharded_parameters": sum(isinstance(p, DTensor) for p in trainer.model.parameters()),
+        "checksum": sum(
+            (p.to_local() if isinstance(p, DTensor) else p).detach().double().sum().item()
+            for p in trainer.model.parameters()
+        ),
         "rows_seen": reward.rows_seen,
         **{
             name: [e[f"generation/{name}"] for e in trainer.state.log_history if f"generation/{name}" in e]

@@ -51,20 +51,21 @@ def run_cli(
     return run([executable("maxent-grpo"), *args], env, timeout, cwd, **popen)
 
 
-def default_sigint() -> None:
-    """A ``preexec_fn`` for a child that is sent Ctrl-C: SIGINT's default disposition, as from a terminal. A
-    pytest-xdist worker, or a shell's background job, ignores SIGINT; a child would inherit that, and Python installs
-    no KeyboardInterrupt handler for a signal ignored when it starts."""
+def terminal_signals() -> None:
+    """A ``preexec_fn`` for a child that is sent Ctrl-C or a hang-up: SIGINT's and SIGHUP's default dispositions, as
+    from a terminal. A pytest-xdist worker, or a shell's background job, ignores SIGINT, and ``nohup`` SIGHUP; a child
+    would inherit that, and Python installs no KeyboardInterrupt handler for a signal ignored when it starts."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def interrupt_after_checkpoint(
     command: Sequence[str], checkpoint: Path, env: dict[str, str], cwd: Path, wait: float = 240
 ) -> tuple[int, str, float]:
     """Run ``command``, send it Ctrl-C (SIGINT) once ``checkpoint`` is complete, and return its exit code, its stderr
-    and the seconds from Ctrl-C to its exit. The command gets SIGINT's default disposition (`default_sigint`)."""
+    and the seconds from Ctrl-C to its exit. The command gets SIGINT's default disposition (`terminal_signals`)."""
     process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, preexec_fn=default_sigint)  # fmt: skip
+                               text=True, preexec_fn=terminal_signals)  # fmt: skip
     try:
         deadline = time.monotonic() + wait
         while not (checkpoint / "trainer_state.json").exists():

@@ -24,6 +24,7 @@ from maxent_grpo.training.generation.backends.server_transport import (
     VLLMServerUnavailableError,
 )
 from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
+from maxent_grpo.training.generation.backends.vllm_server_pool import VLLMServerPool
 from maxent_grpo.training.generation.collect import collect_completion_groups
 from maxent_grpo.training.generation.step import GenerationStep
 from tests.support.stand_in_vllm.process import run_test_servers
@@ -37,6 +38,7 @@ MAX_TOKENS = 6
 SERVERS = {
     "clean": (),
     "failing": ("--failure-rate", "0.5", "--seed", "0"),
+    "down": ("--failure-rate", "1.0"),  # answers its health check, fails every completion request
     "short": ("--short-rate", "1.0"),
     "slow": ("--delay-rate", "1.0", "--delay-seconds", "30"),
     "oov": ("--oov-rate", "0.5", "--seed", "0"),
@@ -500,3 +502,76 @@ def test_sync_weights_calls_weight_sync_or_warns_once(tokenizer, backend_logs):
 def test_invalid_settings_are_refused_with_the_field_named(tokenizer, field, value):
     with pytest.raises(ValueError, match=field):
         make_backend("http://127.0.0.1:1", tokenizer, **{field: value})
+
+
+# ------------------------------------------------------------------------------------------------ a server pool
+
+POOL_LOGGER = "maxent_grpo.training.generation.backends.vllm_server_pool"
+
+
+def make_pool(urls: list[str], tokenizer: PreTrainedTokenizerBase) -> VLLMServerPool:
+    sampling = SamplingSettings(max_tokens=MAX_TOKENS)
+    settings = {"backoff_seconds": 0.01, "request_timeout": 20.0, "connection_timeout": 10.0, "max_attempts": 1}
+    return VLLMServerPool(urls, tokenizer=tokenizer, sampling=sampling, **settings)
+
+
+def test_a_pool_spreads_the_groups_and_never_sends_to_a_server_that_is_not_up(servers, tokenizer, refusing_port):
+    pool = make_pool([servers["clean"], servers["short"], f"http://127.0.0.1:{refusing_port}"], tokenizer)
+    prompts = ["ab", "hello", "xyz", "q", "mn", "rs"]
+    counts = [2, 2, 0, 2, 2, 2]
+
+    groups = pool.generate(prompts, counts)
+
+    stats = pool.stats
+    # Round robin over the asked prompts (2 asks for none), the first call starting at the second server: 0, 3, 5 to
+    # the short server (one choice of two each), 1, 4 to the clean one; none to the server that refuses connections.
+    assert [len(group) for group in groups] == [1, 2, 0, 1, 2, 1]
+    assert (stats["servers/0/requests"], stats["servers/1/requests"], stats["servers/2/requests"]) == (2, 3, 0)
+    assert (stats["servers/0/completions"], stats["servers/1/completions"]) == (4, 3)
+    assert stats["requests"] == 5 and stats["bad_data"] == 3
+    for prompt, group in zip(prompts, groups, strict=True):
+        for completion in group:
+            check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
+
+
+def test_what_a_failing_server_lost_is_retried_on_the_others_and_it_is_given_work_again_later(
+    servers, tokenizer, caplog
+):
+    caplog.set_level(logging.WARNING, logger=POOL_LOGGER)
+    pool = make_pool([servers["clean"], servers["down"]], tokenizer)
+    prompts = ["ab", "hello", "xyz", "q"]
+
+    first = pool.generate(prompts, [2, 2, 2, 2])
+    assert [len(group) for group in first] == [0, 2, 0, 2]  # server 1 failed its share (prompts 0 and 2)
+    missing = [2 - len(group) for group in first]
+    retry = pool.generate(prompts, missing)  # the retry round: all to server 0
+    assert [len(group) for group in retry] == missing
+    after_retry = pool.stats
+    assert after_retry["servers/1/requests"] == 2 and after_retry["servers/1/failures"] == 2
+    assert after_retry["servers/0/completions"] == 8 and after_retry["servers/1/completions"] == 0
+
+    pool.generate(prompts, [1, 1, 1, 1])  # its health check answers: it is given its share again (and fails it)
+    assert pool.stats["servers/1/requests"] == 4
+    lines = [record.getMessage() for record in caplog.records if record.name == POOL_LOGGER]
+    assert sum("vLLM server 1" in line and "failed" in line for line in lines) == 2
+    assert sum("vLLM server 1" in line and "answers again" in line for line in lines) == 1
+
+
+def test_a_pool_with_no_server_up_raises_once_none_came_up(tokenizer, refusing_port):
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        urls = [f"http://127.0.0.1:{refusing_port}", f"http://127.0.0.1:{other.getsockname()[1]}"]
+        pool = VLLMServerPool(
+            urls, tokenizer=tokenizer, sampling=SamplingSettings(max_tokens=MAX_TOKENS), connection_timeout=0.5
+        )
+        with pytest.raises(VLLMServerUnavailableError, match=str(refusing_port)):
+            pool.generate(["ab"], [2])
+
+
+@pytest.mark.parametrize(
+    ("urls", "match"),
+    [(["http://127.0.0.1:1"], "at least two"), (["http://127.0.0.1:1", "http://127.0.0.1:1/"], "more than once")],
+)
+def test_a_pool_refuses_fewer_than_two_or_repeated_urls(tokenizer, urls, match):
+    with pytest.raises(ValueError, match=match):
+        VLLMServerPool(urls, tokenizer=tokenizer, sampling=SamplingSettings(max_tokens=MAX_TOKENS))

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import requests
 import torch
+
+from maxent_grpo.training.generation.backends.server_key_guard import KEY_VARIABLE, authorization_headers
 
 # The fixed text: a prompt and a continuation of the tiny tokenizer's characters.
 PROBE_TEXT = "p3:abcab"
 
 
 def server_logprobs(base_url: str, ids: list[int]) -> torch.Tensor:
-    """The server's log-probability of each of ``ids[1:]`` given the ones before it (its prompt log-probs)."""
-    model = requests.get(f"{base_url}/v1/models", timeout=30).json()["data"][0]["id"]
+    """The server's log-probability of each of ``ids[1:]`` given the ones before it (its prompt log-probs); with the
+    key in ``VLLM_API_KEY``, as the trainer sends it, where the server has one."""
+    headers = authorization_headers(os.environ.get(KEY_VARIABLE))
+    model = requests.get(f"{base_url}/v1/models", timeout=30, headers=headers).json()["data"][0]["id"]
     payload = {"model": model, "prompt": ids, "max_tokens": 1, "echo": True, "logprobs": 0, "temperature": 0.0}
-    answer = requests.post(f"{base_url}/v1/completions", json=payload, timeout=60)
+    answer = requests.post(f"{base_url}/v1/completions", json=payload, timeout=60, headers=headers)
     answer.raise_for_status()
     values = answer.json()["choices"][0]["logprobs"]["token_logprobs"]
     return torch.tensor(values[1 : len(ids)], dtype=torch.float64)

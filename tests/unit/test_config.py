@@ -234,6 +234,38 @@ def test_async_generation_is_off_by_default_and_accepted_in_server_mode_with_the
     assert config.async_generation and config.max_staleness == 2
 
 
+TWO_SERVERS = ["http://gen0:8000", "http://gen1:8000/"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"vllm_server_base_urls": []}, "a non-empty list of http:// or https:// URLs"),
+        ({"vllm_server_base_urls": ["gen0:8000"]}, "'gen0:8000' is not one"),
+        ({"vllm_server_base_urls": ["http://gen0:8000", "http://gen0:8000/"]}, "URLs that are all different"),
+        ({"vllm_server_base_urls": TWO_SERVERS, "vllm_server_base_url": "http://gen1:8000"}, "give one of the two"),
+        ({"vllm_server_base_urls": TWO_SERVERS, "vllm_weight_transfer": "nccl"}, "NCCL push reaches one server"),
+    ],
+)
+def test_several_servers_are_refused_where_they_cannot_work(overrides, message):
+    with pytest.raises(ValueError, match=rf"^vllm_server_base_urls=.* is invalid: expected .*{message}"):
+        MaxEntGRPOConfig(**{**SERVER, **overrides})
+
+
+def test_several_servers_resolve_auto_to_the_disk_transport_and_trl_talks_to_the_first():
+    from maxent_grpo.training.generation.backends.selection import server_urls, weight_transfer_name
+
+    config = MaxEntGRPOConfig(**SERVER, vllm_server_base_urls=TWO_SERVERS)
+    assert server_urls(config) == ["http://gen0:8000", "http://gen1:8000"]
+    assert config.vllm_server_base_url == "http://gen0:8000"  # TRL's own client, built with the trainer
+    assert weight_transfer_name(config) == "disk"
+    # What the config's saved form holds (both fields, the single one the list's first) builds the same config.
+    again = MaxEntGRPOConfig(**SERVER, vllm_server_base_urls=TWO_SERVERS, vllm_server_base_url="http://gen0:8000")
+    assert server_urls(again) == server_urls(config)
+    single = MaxEntGRPOConfig(**SERVER, vllm_server_base_url="http://gen0:8000")
+    assert server_urls(single) == ["http://gen0:8000"] and single.vllm_server_base_urls is None
+
+
 @pytest.mark.parametrize(
     ("field", "typo", "closest"),
     [

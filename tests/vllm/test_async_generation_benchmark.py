@@ -1,6 +1,6 @@
 """`benchmarks/async_generation.py` runs end to end against a real vLLM server (short runs), so it does not rot: the
-session's server (`shared_server`, the benchmark's model shape), which the benchmark's trainers push their weights
-into; starting and pinning a server of its own is the same `maxent-grpo vllm-serve` launch the vllm-serve tests run."""
+session's server (`shared_server`), whose model the benchmark's trainers train (``--model-dir``) and push into;
+starting and pinning a server of its own is the same `maxent-grpo vllm-serve` launch the vllm-serve tests run."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the benchmark pins the server and trainer to 2 cores")
-def test_async_generation_benchmark_prints_the_targets_and_writes_its_figures(server_url, tmp_path):
+def test_async_generation_benchmark_prints_the_targets_and_writes_its_figures(server_url, vllm_model_dir, tmp_path):
     cores = sorted(os.sched_getaffinity(0))[:2]
     command = [sys.executable, str(ROOT / "benchmarks" / "async_generation.py"), "--rounds", "2", "--steps", "3",
                "--reward-steps", "1", "--batch-size", "8", "--num-generations", "4", "--max-completion-length", "8",
                "--server-core", str(cores[0]), "--trainer-core", str(cores[1]), "--server-url", server_url,
+               "--model-dir", str(vllm_model_dir),
                "--quiet-wait", "0", "--output-dir", str(tmp_path)]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)

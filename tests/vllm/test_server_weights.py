@@ -16,6 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from maxent_grpo import MaxEntGRPOTrainer
+from maxent_grpo.tiny_model import save_tiny_model
 from maxent_grpo.training.generation.backends.protocol import GenerationStopped
 from tests.support.server_logprobs import ProbeAfterEachCall, assert_one_pusher_on_policy
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, train_in_thread
@@ -117,6 +118,23 @@ def test_a_server_that_keeps_refusing_the_weights_stops_training_with_one_line(
     assert trainer.state.global_step == 0
     served = requests.get(f"{server_url}/weight_info", timeout=10).json()["weight_version"]
     assert served.endswith(".refused")  # never claimed as the trainer's version
+
+
+def test_weights_of_another_model_are_refused_by_name_and_leave_the_engine_able_to_reload(shared_server, tmp_path):
+    """A trainer pointed at a server of another model (here: two tokens fewer in the vocabulary) stops with the
+    tensors that differ; the engine was not touched (vLLM's loaders, failing part-way, left it unable to reload)."""
+    other = save_tiny_model(tmp_path / "other-model", hidden_size=256, num_layers=2)
+    url = shared_server.base_url
+    trainer = server_mode_trainer(other, url, tmp_path / "run", max_steps=2, vllm_request_attempts=2)
+    worker, errors = train_in_thread(trainer, timeout=300)
+
+    assert not worker.is_alive(), "training hung on a server that refuses the weights"
+    assert len(errors) == 1 and isinstance(errors[0], GenerationStopped), errors
+    message = str(errors[0])
+    print(message)
+    assert "the pushed weights do not fit the served model" in message
+    assert "model.embed_tokens.weight [99, 256] (served: [101, 256])" in message
+    shared_server.reset()  # reloads the served model's own weights, checked complete
 
 
 @pytest.mark.distributed

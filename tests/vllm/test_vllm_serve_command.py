@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.cli_runner import default_sigint, executable
+from tests.e2e.cli_runner import executable, terminal_signals
 from tests.support.real_vllm_server import free_port
 from tests.vllm.test_server_weights import server_mode_trainer
 
@@ -56,7 +56,7 @@ class Command:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
-            preexec_fn=default_sigint,  # it is sent Ctrl-C
+            preexec_fn=terminal_signals,  # it is sent Ctrl-C and hang-ups
         )
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()

@@ -110,6 +110,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("use_vllm", "BOOL", "generate with vLLM instead of transformers"),
             ("vllm_mode", "MODE", "colocate (in the trainer, needs vLLM here) or server (a vllm-serve elsewhere)"),
             ("vllm_server_base_url", "URL", "the server's address, e.g. http://host:8000"),
+            ("vllm_server_base_urls", "URL [URL ...]", "several servers: the groups spread over those that answer"),
             ("vllm_server_timeout", "SECONDS", "how long to wait for the server to come up before stopping"),
             ("vllm_weight_transfer", "HOW", "auto, nccl (needs vLLM here) or disk (HTTP and a shared directory)"),
             ("vllm_weights_dir", "DIR", "the disk transfer's directory, read by the server under the same path"),

@@ -116,7 +116,8 @@ def parser(prog: str, parser_class: type[argparse.ArgumentParser]) -> argparse.A
     result = parser_class(
         prog=prog,
         description="Start a vLLM server for MaxEnt-GRPO's server mode, wait until it is ready and print the URL to "
-        "pass as vllm_server_base_url. Arguments after the model that this command does not know go to vLLM.",
+        "pass as vllm_server_base_url (or as one of vllm_server_base_urls: start one such command per server of a "
+        "set). Arguments after the model that this command does not know go to vLLM.",
     )
     result.add_argument("model", help="model id or path the server serves (the model being trained)")
     result.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")

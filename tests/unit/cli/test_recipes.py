@@ -37,7 +37,7 @@ def _parse(recipe: Path) -> tuple[TrainScriptArguments, MaxEntGRPOConfig, ModelC
 
 def test_the_documented_files_exist():
     assert {p.stem for p in RECIPES} == {"demo", "tldr_unique_chars", "math_boxed"}
-    assert {p.stem for p in ACCELERATE_CONFIGS} == {"ddp", "zero2", "zero3", "multi_cpu"}
+    assert {p.stem for p in ACCELERATE_CONFIGS} == {"ddp", "zero2", "zero3", "multi_cpu", "multi_node"}
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
@@ -99,9 +99,21 @@ def test_demo_recipe_builds_its_model_and_data_offline():
 def test_accelerate_config_is_valid(path):
     config = ClusterConfig.from_yaml_file(path)  # rejects unknown keys and unknown distributed types
     assert config.compute_environment.value == "LOCAL_MACHINE"
-    assert config.num_machines == 1 and config.num_processes >= 2
+    if path.stem == "multi_node":  # one process per machine; rank and node 0's address given at launch
+        assert config.num_machines == 2 and config.num_processes == 2
+    else:
+        assert config.num_machines == 1 and config.num_processes >= 2
     launch_options = {action.dest for action in launch_command_parser()._actions}
     assert set(config.deepspeed_config) <= launch_options  # keys `accelerate launch` maps to its own options
+
+
+def test_several_servers_come_from_the_command_line_as_a_list():
+    argv = ["--model_name_or_path", "m", "--dataset_name", "d", "--output_dir", "outputs/x", "--use_cpu", "true"]
+    argv += ["--use_vllm", "true", "--vllm_mode", "server"]
+    argv += ["--vllm_server_base_urls", "http://a:8000", "http://b:8000"]
+    _, config, _ = parse_train_args(argv)
+    assert config.vllm_server_base_urls == ["http://a:8000", "http://b:8000"]
+    assert config.vllm_server_base_url == "http://a:8000"
 
 
 @pytest.mark.parametrize(("name", "stage"), [("zero2", 2), ("zero3", 3)])

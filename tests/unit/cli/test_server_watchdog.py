@@ -9,9 +9,13 @@ import threading
 
 from maxent_grpo.cli import server_watchdog
 
+# SIGINT gets Python's own handler back: a process started from a background shell (CI) inherits it ignored, and a
+# vLLM server installs its own.
+SLEEP = "import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); time.sleep(120)"
+
 
 def sleeper(**popen: object) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], **popen)
+    return subprocess.Popen([sys.executable, "-c", SLEEP], **popen)
 
 
 def test_the_group_is_ended_once_the_command_is_gone() -> None:

@@ -39,14 +39,18 @@ from maxent_grpo.training.generation.rows import GeneratedRows, assemble_rows, l
 #: A backend's counters of weight syncs and of completions from weights older than the trainer's, logged per step
 #: under ``generation/<key>`` when the backend keeps them in its ``stats`` (summed over processes).
 WEIGHT_STAT_KEYS = ("weight_pushes", "weight_resyncs", "stale_completions")
+#: The prefix of a server pool's per-server counters (`vllm_server_pool`), logged with the weight counters.
+SERVER_STAT_PREFIX = "servers/"
 
 
 def weight_counts(backend: GenerationBackend) -> dict[str, int] | None:
-    """The backend's weight-sync counters (`WEIGHT_STAT_KEYS`), when it keeps them (the vLLM server backend)."""
+    """The backend's weight-sync counters (`WEIGHT_STAT_KEYS`) and per-server counters (`SERVER_STAT_PREFIX`), when
+    it keeps them (the vLLM server backend and server pool)."""
     stats = backend.stats if isinstance(backend, SupportsStats) else None
     if not isinstance(stats, dict) or not all(key in stats for key in WEIGHT_STAT_KEYS):
         return None
-    return {key: int(stats[key]) for key in WEIGHT_STAT_KEYS}
+    keys = [*WEIGHT_STAT_KEYS, *sorted(key for key in stats if key.startswith(SERVER_STAT_PREFIX))]
+    return {key: int(stats[key]) for key in keys}
 
 
 @dataclass(frozen=True)
@@ -299,7 +303,7 @@ class GenerationStep:
         collectives = self.collectives
         counts = [batch.stats[key] for key in STAT_KEYS]
         before, after = self._backend_counts, weight_counts(self.backend)
-        weight_keys = WEIGHT_STAT_KEYS if before is not None and after is not None else ()
+        weight_keys = tuple(after) if before is not None and after is not None else ()
         counts += [after[key] - before[key] for key in weight_keys]
         keys = (*STAT_KEYS, *weight_keys)
         local_stats = torch.tensor(counts, dtype=torch.long, device=collectives.device)

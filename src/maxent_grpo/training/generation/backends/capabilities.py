@@ -57,7 +57,8 @@ class SupportsStats(Protocol):
 
     The trainer reads ``stats`` before and after every generation step (and when it starts a call ahead). When it is a
     dict holding all of ``weight_pushes``, ``weight_resyncs`` and ``stale_completions``, how much each grew during the
-    step is logged, summed over processes, as ``generation/<key>``; other keys are the backend's own report, not
+    step is logged, summed over processes, as ``generation/<key>``, and so is each key under ``servers/`` (a server
+    pool's per-server counters, the same keys on every process); other keys are the backend's own report, not
     logged.
     """
 

@@ -22,6 +22,7 @@ from maxent_grpo.training.generation.backends.server_key_guard import KEY_VARIAB
 from maxent_grpo.training.generation.backends.transformers_backend import TransformersBackend
 from maxent_grpo.training.generation.backends.vllm_colocate import VLLMColocateBackend
 from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
+from maxent_grpo.training.generation.backends.vllm_server_pool import VLLMServerPool
 
 
 def _transformers(trainer: Any) -> GenerationBackend:
@@ -44,12 +45,21 @@ def _vllm_colocate(trainer: Any) -> GenerationBackend:
     )
 
 
+def server_urls(args: Any) -> list[str]:
+    """The vLLM servers of ``args`` (a `MaxEntGRPOConfig`): ``vllm_server_base_urls``, else the one of
+    ``vllm_server_base_url`` (or ``vllm_server_host`` and ``vllm_server_port``)."""
+    if args.vllm_server_base_urls:
+        return [url.rstrip("/") for url in args.vllm_server_base_urls]
+    return [args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"]
+
+
 def weight_transfer_name(args: Any) -> str:
     """``"nccl"`` or ``"disk"``: the ``vllm_weight_transfer`` of ``args`` (a `MaxEntGRPOConfig`), ``"auto"``
-    resolved to NCCL when the trainer runs on CUDA and to disk otherwise."""
+    resolved to NCCL when the trainer runs on CUDA with one server and to disk otherwise (several servers, or CPU)."""
     if args.vllm_weight_transfer != "auto":
         return args.vllm_weight_transfer
-    return "nccl" if torch.cuda.is_available() and not args.use_cpu else "disk"
+    several = args.vllm_mode == "server" and len(server_urls(args)) > 1
+    return "nccl" if torch.cuda.is_available() and not args.use_cpu and not several else "disk"
 
 
 def vllm_install_problem(args: Any) -> str | None:
@@ -105,8 +115,21 @@ def _vllm_server(trainer: Any) -> GenerationBackend:
         # TRL's walk over the model it holds (gathers ZeRO-3 / FSDP shards, merges PEFT adapters, vLLM's names).
         return generation._iter_named_params()
 
+    urls = server_urls(args)
+    if len(urls) > 1:
+        return VLLMServerPool(
+            urls,
+            tokenizer=trainer._tokenizer,
+            sampling=SamplingSettings.from_trainer(trainer),
+            request_timeout=args.vllm_request_timeout,
+            max_attempts=args.vllm_request_attempts,
+            connection_timeout=args.vllm_server_timeout,
+            weights_directory=weights_directory(args),
+            weight_source=trl_parameter_walk,
+            api_key=server_api_key(args),
+        )
     return VLLMServerBackend(
-        args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}",
+        urls[0],
         tokenizer=trainer._tokenizer,
         sampling=SamplingSettings.from_trainer(trainer),
         request_timeout=args.vllm_request_timeout,

@@ -11,13 +11,18 @@ A server told which directory to trust (``maxent-grpo vllm-serve --weights-root 
 ``MAXENT_GRPO_WEIGHTS_ROOT``) refuses a ``weights_path`` outside it (symbolic links resolved): whoever can reach
 ``/collective_rpc`` can then make the engine load only what the trainer writes there.
 
+Weights whose shapes do not fit the served model (a trainer pointed at a server of another model) are refused before
+the engine is touched (`check_shapes`, against the safetensors files the server was started from): vLLM's loaders
+would fail part-way through the reload, with no message, and leave the engine unable to load anything again.
+
 This module runs inside the server's engine process; it imports nothing of the trainer.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +47,39 @@ def check_trusted(weights_path: str) -> Path:
     return path
 
 
+def checkpoint_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape in the safetensors ``files``, read from their headers (no tensor is loaded)."""
+    from safetensors import safe_open
+
+    shapes = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 (a safetensors handle is not a dict)
+                shapes[name] = tuple(handle.get_slice(name).get_shape())
+    return shapes
+
+
+def check_shapes(pushed: Mapping[str, tuple[int, ...]], served: Mapping[str, tuple[int, ...]]) -> None:
+    """ValueError naming the tensors of ``pushed`` whose shape differs from the same name's in ``served``.
+
+    Names that only one side has are left alone (a checkpoint with a tied LM head may or may not store it).
+    """
+    differ = [f"{name} {list(shape)} (served: {list(served[name])})" for name, shape in pushed.items()
+              if name in served and served[name] != shape]  # fmt: skip
+    if differ:
+        raise ValueError(
+            f"the pushed weights do not fit the served model: {len(differ)} tensors differ in shape, "
+            f"{'; '.join(differ[:3])}{'; ...' if len(differ) > 3 else ''}; train the model the server was started with"
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def _served_shapes(model: str) -> dict[str, tuple[int, ...]]:
+    """The shapes of the checkpoint the server was started from; empty when it is not a local directory."""
+    folder = Path(model)
+    return checkpoint_shapes(sorted(folder.glob("*.safetensors"))) if folder.is_dir() else {}
+
+
 def _read_safetensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
     from safetensors import safe_open
 
@@ -62,13 +100,15 @@ class DiskReloadExtension:
 
         ``stale`` names the engine parameters that received no new values, or only part of them (empty: complete).
         Raises FileNotFoundError when ``weights_path`` holds no safetensors file (a directory the server cannot see),
-        PermissionError when it is outside the directory the server trusts (`check_trusted`).
+        PermissionError when it is outside the directory the server trusts (`check_trusted`), ValueError when its
+        shapes do not fit the served model (`check_shapes`).
         """
         from vllm.config import set_current_vllm_config
 
         files = sorted(check_trusted(weights_path).glob("*.safetensors"))
         if not files:
             raise FileNotFoundError(f"no *.safetensors file in {weights_path!r} as the vLLM server sees it")
+        check_shapes(checkpoint_shapes(files), _served_shapes(str(self.vllm_config.model_config.model)))
         count = 0
 
         def counted() -> Iterator[tuple[str, torch.Tensor]]:

@@ -45,8 +45,8 @@ _HEALTH_POLL_SECONDS = 1.0
 #: Seconds between the ``still waiting`` lines while a server is waited for (see `HealthWait`).
 STILL_WAITING_EVERY = 30.0
 
-#: The config field that sets how long a server has to come up: TRL's client waits that long, and the built-in
-#: server backend gets it as its ``connection_timeout``.
+#: The config field that sets how long a server has to come up (TRL's client waits that long, and the built-in
+#: server backend gets it as its ``connection_timeout``).
 SERVER_TIMEOUT_FIELD = "vllm_server_timeout"
 
 #: How `ServerTransport` names its wait's setting: a backend of the user's own is given ``connection_timeout``.

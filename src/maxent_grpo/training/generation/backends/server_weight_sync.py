@@ -168,6 +168,11 @@ class ServerWeightSync:
             raise WeightsNotWritten(problem)
         self.version = version
 
+    def adopt(self, version: str) -> None:
+        """Take ``version``, written into the same directory by another `ServerWeightSync` of this process, as the
+        trainer's version: this server must serve it before it generates."""
+        self.version = version
+
     def ensure(self) -> bool:
         """Whether the server serves the trainer's version, once the pusher has pushed it if needed.
 

@@ -288,6 +288,14 @@ class VLLMServerBackend:
         server must serve before it generates (None before the first sync, and without ``weights_directory``)."""
         return None if self._weights is None else self._weights.version
 
+    def adopt_weight_version(self, version: str) -> None:
+        """Serve ``version``, written into the same ``weights_directory`` by another backend (a `VLLMServerPool`
+        writes each version once, through its first server's backend): this server is checked to serve it, and loads
+        it, before it generates, as after `sync_weights`."""
+        if self._weights is None:
+            raise ValueError("adopt_weight_version needs the disk transport (weights_directory)")
+        self._weights.adopt(version)
+
     def set_deadline(self, deadline: float | None) -> None:
         """Bound every request that follows by ``deadline``, a `time.monotonic` instant (None: no bound but
         ``request_timeout``). The trainer sets it for the calls of a generation step with a time budget."""

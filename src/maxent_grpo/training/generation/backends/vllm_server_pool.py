@@ -1,0 +1,291 @@
+"""`VLLMServerPool`: several vLLM servers behind one backend, each call's prompt groups spread over those that answer.
+
+A pool is what ``vllm_server_base_urls`` with more than one address builds: one `VLLMServerBackend` per server
+(each with its own connections, retries, seeds and weight-version checks), all sharing one weights directory (the
+disk transport). What the pool adds:
+
+- **Spreading.** Each ``generate`` call hands the prompts, round robin (starting one server further at each call),
+  to the servers that are *up*: those that
+  answered their last call without an infrastructure failure, and those not known to be up (all of them before the
+  first call) whose ``GET /health`` answers (a quick probe before every call but the one right after a server
+  failed). A server that fails during a call (refused connection, timeout, 5xx, not
+  serving the trainer's weight version in time) is marked down: its groups come back short and the trainer's retry
+  rounds ask for the missing completions again, which the pool then sends to the other servers.
+- **Weights.** `sync_weights` writes each version once; every server is then checked to serve it before it generates
+  (`server_weight_sync`), so a server that restarted gets it again (a resync) before it is given work, while the
+  others keep generating.
+- **Counts.** ``stats`` sums the servers' counters (the keys of `VLLMServerBackend.stats`) and adds, per server ``k``
+  (its index in ``base_urls``), ``servers/<k>/requests``, ``servers/<k>/failures`` (infrastructure failures),
+  ``servers/<k>/completions`` and ``servers/<k>/resyncs``; the trainer logs how much each grew per step.
+
+Until a first server has come up, a call waits for one (`HealthWait` over all of them, ``connection_timeout`` in
+all) and raises `VLLMServerUnavailableError` when none has, which stops training as with one server. Once one has
+been up, a call that finds none up sends nothing: its groups are retried or dropped, and the trainer stops after
+``generation_max_consecutive_empty_batches`` empty batches, as with one server that died. Every process makes the
+same backend calls (I7); the process that pushes the weights (rank 0) calls every server that is up in each call, with
+or without prompts for it, so that another process waiting for a server to serve the new version is never left
+waiting.
+
+Unlike vLLM's own data parallelism (one server process, several engines behind one address), the servers of a pool
+are independent processes, on one machine or several: one that dies or restarts costs its share of a call, not the
+run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import requests
+import torch
+
+from maxent_grpo.training.generation.backends.protocol import Completion, TokenPrompt
+from maxent_grpo.training.generation.backends.server_key_guard import authorization_headers
+from maxent_grpo.training.generation.backends.server_transport import (
+    BACKEND_TIMEOUT_SETTING,
+    HealthWait,
+    VLLMServerUnavailableError,
+)
+from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a down server's ``GET /health`` probe may take before each call.
+PROBE_TIMEOUT_SECONDS = 2.0
+#: The per-server counters in ``VLLMServerPool.stats``, each under ``servers/<k>/<name>``.
+SERVER_STAT_NAMES = ("requests", "failures", "completions", "resyncs")
+
+
+class VLLMServerPool:
+    """Generate with several vLLM servers; see the module docstring.
+
+    Args:
+        base_urls: the servers' root URLs (at least two, all different), e.g. ``["http://gen0:8000",
+            "http://gen1:8000"]``; a server's index in this list names it in ``stats`` and in log lines.
+        weights_directory: the disk transport's directory, which every server must read under the same path; None:
+            the servers keep their own weights (off-policy, warned once).
+        api_key: the servers' key (`server_key_guard`), the same for all of them; None: no key.
+        **options: the other arguments of `VLLMServerBackend` (``tokenizer`` and ``sampling`` among them), the same
+            for every server.
+    """
+
+    def __init__(
+        self,
+        base_urls: Sequence[str],
+        *,
+        weights_directory: str | Path | None = None,
+        api_key: str | None = None,
+        **options: Any,
+    ) -> None:
+        urls = [url.rstrip("/") if isinstance(url, str) else url for url in base_urls]
+        if len(urls) < 2:
+            raise ValueError(f"a pool needs at least two server URLs, got {list(base_urls)!r}")
+        repeated = sorted({url for url in urls if urls.count(url) > 1})
+        if repeated:
+            raise ValueError(f"each server URL must appear once, got {repeated} more than once")
+        self.servers = [
+            VLLMServerBackend(url, weights_directory=weights_directory, api_key=api_key, **options) for url in urls
+        ]
+        self.base_urls = [server.base_url for server in self.servers]
+        self.wants_logprobs = self.servers[0].wants_logprobs
+        self._headers = authorization_headers(api_key)
+        self._up = [False] * len(self.servers)  # each is probed before the first call, then judged by its calls
+        self._calls = 0
+        self._down_at = [-2] * len(self.servers)  # the call in which each server was last marked down (-2: never)
+        self._completions = [0] * len(self.servers)
+        self._lock = threading.Lock()
+        self._ever_up = False
+        self._deadline: float | None = None
+        self.connection_timeout = self.servers[0].connection_timeout
+        label = "any of " + ", ".join(self.base_urls)
+        self._health = HealthWait(
+            label, self.connection_timeout, get=self._any_health, log=logger, setting=BACKEND_TIMEOUT_SETTING
+        )
+
+    # ----------------------------------------------------------------------------------------------------- public
+
+    def generate(self, prompts: Sequence[Any], counts: Sequence[int]) -> list[list[Completion]]:
+        """Return ``counts[i]`` completions (or fewer) for each prompt, aligned with it, from the servers that are up.
+
+        Raises:
+            ~maxent_grpo.training.generation.backends.server_transport.VLLMServerUnavailableError: no server was up and none came up within ``connection_timeout``.
+        """
+        if len(prompts) != len(counts):
+            raise ValueError(f"counts must have one entry per prompt ({len(prompts)}), got {len(counts)}")
+        groups: list[list[Completion]] = [[] for _ in prompts]
+        self._calls += 1
+        up = self._servers_up()
+        if not up and not self._ever_up:
+            up = self._wait_for_first()
+        if not up:
+            logger.warning("no vLLM server of the pool answers: %d prompt(s) not sent", sum(c > 0 for c in counts))
+            return groups
+        asked = [i for i, count in enumerate(counts) if count > 0]
+        shares: dict[int, list[int]] = {k: [] for k in up}
+        for n, i in enumerate(asked, start=self._calls):  # the first server changes from call to call
+            shares[up[n % len(up)]].append(i)
+        pusher = self._pusher()
+        called = [k for k in up if shares[k] or pusher]
+        if not called:
+            return groups
+        with ThreadPoolExecutor(max_workers=len(called)) as executor:
+            futures = {
+                k: executor.submit(self._call, k, [prompts[i] for i in shares[k]], [counts[i] for i in shares[k]])
+                for k in called
+            }
+            for k, future in futures.items():
+                try:
+                    outcome = future.result()
+                except VLLMServerUnavailableError as exc:
+                    self._mark_down(k, str(exc))
+                    continue
+                for i, group in zip(shares[k], outcome, strict=True):
+                    groups[i] = group
+        return groups
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The servers' counters summed (`VLLMServerBackend.stats`' keys) and each server's own (module docstring)."""
+        totals: dict[str, int] = {}
+        for k, server in enumerate(self.servers):
+            counted = dict(server.stats)
+            for key, value in counted.items():
+                totals[key] = totals.get(key, 0) + value
+            mine = (counted["requests"], counted["infrastructure_failures"], self._completions[k])
+            for name, value in zip(SERVER_STAT_NAMES, (*mine, counted["weight_resyncs"]), strict=True):
+                totals[f"servers/{k}/{name}"] = value
+        return totals
+
+    @property
+    def weight_version(self) -> str | None:
+        """The version of the latest training weights `sync_weights` wrote (None before the first)."""
+        return self.servers[0].weight_version
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Write the training weights once as a new version, which every server must serve before it generates."""
+        first = self.servers[0]
+        first.sync_weights(model)
+        version = first.weight_version
+        if version is not None:
+            for server in self.servers[1:]:
+                server.adopt_weight_version(version)
+
+    def set_deadline(self, deadline: float | None) -> None:
+        """Bound every server's requests by ``deadline`` (`VLLMServerBackend.set_deadline`), and the wait for the
+        first server to come up."""
+        self._deadline = deadline
+        for server in self.servers:
+            server.set_deadline(deadline)
+
+    def cancel_requests(self) -> None:
+        """Cut off every server's requests in flight (`VLLMServerBackend.cancel_requests`)."""
+        for server in self.servers:
+            server.cancel_requests()
+
+    def token_prompts(self, prompts: Sequence[Any]) -> list[TokenPrompt]:
+        """``prompts`` as the token ids the servers are sent them as."""
+        return self.servers[0].token_prompts(prompts)
+
+    def close(self) -> None:
+        """Close every server's connections."""
+        for server in self.servers:
+            server.close()
+
+    # ------------------------------------------------------------------------------------------------ internals
+
+    def _pusher(self) -> bool:
+        return not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+
+    def _call(self, k: int, prompts: list[Any], counts: list[int]) -> list[list[Completion]]:
+        server = self.servers[k]
+        failures = server.stats["infrastructure_failures"]
+        groups = server.generate(prompts, counts)
+        with self._lock:
+            self._completions[k] += sum(len(group) for group in groups)
+        if server.stats["infrastructure_failures"] > failures:
+            self._mark_down(k, "an infrastructure failure (see the lines above)")
+        return groups
+
+    def _note_up(self, k: int, why: str) -> None:
+        with self._lock:
+            again, self._up[k] = self._down_at[k] >= 0, True
+            self._ever_up = True
+        if again:
+            logger.warning(
+                "vLLM server %d (%s) answers again (%s): it gets its share of the prompts from this call, once it "
+                "serves the training weights",
+                k,
+                self.base_urls[k],
+                why,
+            )
+        else:
+            logger.info("vLLM server %d (%s) is up (%s)", k, self.base_urls[k], why)
+
+    def _wait_for_first(self) -> list[int]:
+        """No server has been up yet: poll every server's ``GET /health`` (`HealthWait`'s lines: one warning, then
+        one every 30 s) until one answers, within ``connection_timeout`` in all and the step's deadline; the servers
+        that answer then.
+
+        Raises:
+            VLLMServerUnavailableError: none has come up within ``connection_timeout``.
+        """
+        budget = min(max(self.connection_timeout - self._health.waited(), 0.0), self._time_left())
+        health = self._health.wait(budget)
+        if isinstance(health, str):
+            if self._time_left() > 0:
+                raise self._health.error(health)
+            return []
+        return self._servers_up()
+
+    def _any_health(self, url: str, timeout: float) -> requests.Response:
+        """`HealthWait`'s one poll, of every server: the first 200 answer, else the last failure raised."""
+        failure: requests.Response | requests.RequestException | None = None
+        for server_url in self.base_urls:
+            try:
+                answer = requests.get(f"{server_url}/health", headers=self._headers, timeout=timeout)
+            except requests.RequestException as exc:
+                failure = exc
+                continue
+            if answer.status_code == 200:
+                return answer
+            failure = answer
+        if isinstance(failure, requests.RequestException):
+            raise failure
+        assert failure is not None
+        return failure
+
+    def _time_left(self) -> float:
+        return math.inf if self._deadline is None else self._deadline - time.monotonic()
+
+    def _servers_up(self) -> list[int]:
+        """The servers to call now: those up, and those down whose ``GET /health`` answers again (not probed in the
+        call right after the one that marked them down: that call, the trainer's retry of what they lost, goes to the
+        others, which matters for a server that answers its health check but fails its requests)."""
+        for k, url in enumerate(self.base_urls):
+            if self._up[k] or self._calls <= self._down_at[k] + 1:
+                continue
+            try:
+                healthy = requests.get(f"{url}/health", headers=self._headers, timeout=PROBE_TIMEOUT_SECONDS).ok
+            except requests.RequestException:
+                healthy = False
+            if healthy:
+                self._note_up(k, "its GET /health answers")
+        return [k for k in range(len(self.servers)) if self._up[k]]
+
+    def _mark_down(self, k: int, cause: str) -> None:
+        with self._lock:
+            was_up, self._up[k] = self._up[k], False
+            self._down_at[k] = self._calls
+        if was_up:
+            logger.warning(
+                "vLLM server %d (%s) failed: %s; its prompts go to the other servers until its GET /health answers",
+                k,
+                self.base_urls[k],
+                cause,
+            )
