@@ -27,7 +27,12 @@ from maxent_grpo.training.generation.async_generation import AsyncGeneration
 from maxent_grpo.training.generation.backends import capabilities, colocate_engine, trl_server_client
 from maxent_grpo.training.generation.backends.protocol import GenerationBackend
 from maxent_grpo.training.generation.backends.rollout_function import RolloutFunctionBackend
-from maxent_grpo.training.generation.backends.selection import build_backend, server_api_key, weight_transfer_name
+from maxent_grpo.training.generation.backends.selection import (
+    build_backend,
+    server_api_key,
+    server_urls,
+    weight_transfer_name,
+)
 from maxent_grpo.training.generation.batch_state import GenerationBatchState
 from maxent_grpo.training.generation.episodes.trainer_setup import (
     context_length,
@@ -125,7 +130,11 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                 building.enter_context(colocate_engine.engine_dtype(lambda: dtype(self.model)))
             if config.use_vllm and config.vllm_mode == "server":
                 disk = weight_transfer_name(config) == "disk"
-                building.enter_context(trl_server_client.server_client(disk=disk, api_key=server_api_key(config)))
+                building.enter_context(
+                    trl_server_client.server_client(
+                        disk=disk, api_key=server_api_key(config), base_urls=server_urls(config)
+                    )
+                )
             super().__init__(*positional, **kwargs)
         check_tied_output_layer(self.model)
         self.generation_backend = generation_backend if generation_backend is not None else build_backend(self)

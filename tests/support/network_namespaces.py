@@ -25,6 +25,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -74,16 +75,27 @@ def unavailable() -> str | None:
         _ip("netns", "add", probe)
     except RuntimeError as error:
         return f"network namespaces cannot be created here: {error}"
-    _ip("netns", "delete", probe)
+    try:
+        _ip("netns", "delete", probe)
+    except RuntimeError as error:
+        return f"network namespaces cannot be deleted here: {error}"
     return None
 
 
-def _kill_processes(namespace: str) -> None:
-    """SIGKILL to every process still in ``namespace`` (those the hosts' commands started, and what they started)."""
+def _pids(namespace: str) -> list[int]:
     listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, check=False).stdout
-    for pid in listed.split():
-        with suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
+    return [int(pid) for pid in listed.split()]
+
+
+def _kill_processes(namespace: str, wait: float = 10.0) -> None:
+    """SIGKILL to every process still in ``namespace`` (those the hosts' commands started, and what they started),
+    again until none is left or ``wait`` seconds have passed (a process may start one more while it is killed)."""
+    deadline = time.monotonic() + wait
+    while (pids := _pids(namespace)) and time.monotonic() < deadline:
+        for pid in pids:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
 
 
 @contextmanager

@@ -252,17 +252,20 @@ def test_several_servers_are_refused_where_they_cannot_work(overrides, message):
         MaxEntGRPOConfig(**{**SERVER, **overrides})
 
 
-def test_several_servers_resolve_auto_to_the_disk_transport_and_trl_talks_to_the_first():
+def test_several_servers_resolve_auto_to_the_disk_transport_and_trl_talks_to_the_first(monkeypatch):
     from maxent_grpo.training.generation.backends.selection import server_urls, weight_transfer_name
 
     config = MaxEntGRPOConfig(**SERVER, vllm_server_base_urls=TWO_SERVERS)
+    single = MaxEntGRPOConfig(**SERVER, vllm_server_base_url="http://gen0:8000")
     assert server_urls(config) == ["http://gen0:8000", "http://gen1:8000"]
     assert config.vllm_server_base_url == "http://gen0:8000"  # TRL's own client, built with the trainer
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)  # a GPU trainer: 'auto' means NCCL for one server
+    config.use_cpu = single.use_cpu = False
+    assert weight_transfer_name(single) == "nccl"
     assert weight_transfer_name(config) == "disk"
     # What the config's saved form holds (both fields, the single one the list's first) builds the same config.
     again = MaxEntGRPOConfig(**SERVER, vllm_server_base_urls=TWO_SERVERS, vllm_server_base_url="http://gen0:8000")
     assert server_urls(again) == server_urls(config)
-    single = MaxEntGRPOConfig(**SERVER, vllm_server_base_url="http://gen0:8000")
     assert server_urls(single) == ["http://gen0:8000"] and single.vllm_server_base_urls is None
 
 

@@ -51,7 +51,6 @@ class KillThenRestart(TrainerCallback):
             self.server.kill()
             self.at["kill"] = self.pool.stats
         if state.global_step == 3:
-            self.at["restart_begins"] = self.pool.stats
             self.server.restart()
             self.at["restart"] = self.pool.stats
 
@@ -132,8 +131,9 @@ class KillAfterFirstStep(TrainerCallback):
 def test_with_no_server_left_groups_are_dropped_and_the_run_stops_with_the_usual_error(
     second_server, vllm_model_dir, tmp_path
 ):
-    # The pool's other server never answers (a port nobody listens on); the one that does is killed after step 1.
-    urls = [second_server.base_url, f"http://127.0.0.1:{free_port()}"]
+    # The pool's first server never answers (a port nobody listens on: the trainer is built all the same, against
+    # the second); the one that does is killed after step 1.
+    urls = [f"http://127.0.0.1:{free_port()}", second_server.base_url]
     trainer = pool_trainer(
         vllm_model_dir,
         urls,

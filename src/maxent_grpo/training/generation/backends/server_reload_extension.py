@@ -21,6 +21,7 @@ This module runs inside the server's engine process; it imports nothing of the t
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -73,11 +74,28 @@ def check_shapes(pushed: Mapping[str, tuple[int, ...]], served: Mapping[str, tup
         )
 
 
+def checkpoint_files(folder: Path) -> list[Path]:
+    """The safetensors files of the checkpoint in ``folder``: those its ``model.safetensors.index.json`` names when
+    it has one (a leftover file beside the shards is not part of it), else every ``*.safetensors`` file."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        return sorted({folder / name for name in json.loads(index.read_text())["weight_map"].values()})
+    return sorted(folder.glob("*.safetensors"))
+
+
 @functools.lru_cache(maxsize=1)
 def _served_shapes(model: str) -> dict[str, tuple[int, ...]]:
-    """The shapes of the checkpoint the server was started from; empty when it is not a local directory."""
+    """The shapes of the checkpoint the server was started from: a local directory, or a Hub id's snapshot in the
+    local cache (where vLLM downloaded it); empty when neither is found."""
     folder = Path(model)
-    return checkpoint_shapes(sorted(folder.glob("*.safetensors"))) if folder.is_dir() else {}
+    if not folder.is_dir():
+        from huggingface_hub import snapshot_download
+
+        try:
+            folder = Path(snapshot_download(model, local_files_only=True, allow_patterns=["*.safetensors*"]))
+        except (OSError, ValueError):  # not in the cache, or not a Hub id: nothing to compare against
+            return {}
+    return checkpoint_shapes(checkpoint_files(folder))
 
 
 def _read_safetensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:

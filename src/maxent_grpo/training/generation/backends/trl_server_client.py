@@ -25,7 +25,7 @@ import functools
 import importlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -40,6 +40,22 @@ logger = logging.getLogger(__name__)
 _BUILD_LOCK = threading.Lock()
 
 
+def _first_up(base_urls: Sequence[str], get: Any, url: str, timeout: float) -> requests.Response:
+    """One poll of every server's ``GET /health`` in turn: the first 200 answer, else the last answer or error."""
+    last: requests.Response | None = None
+    for index, base_url in enumerate(base_urls):
+        try:
+            last = get(f"{base_url.rstrip('/')}/health", timeout=timeout)
+        except requests.RequestException:
+            if index == len(base_urls) - 1 and last is None:
+                raise
+            continue
+        if last.status_code == 200:
+            return last
+    assert last is not None
+    return last
+
+
 @contextmanager
 def _replaced(module: Any, name: str, value: Any) -> Iterator[None]:
     original = getattr(module, name)
@@ -51,10 +67,12 @@ def _replaced(module: Any, name: str, value: Any) -> Iterator[None]:
 
 
 @contextmanager
-def server_client(*, disk: bool, api_key: str | None = None) -> Iterator[None]:
+def server_client(*, disk: bool, api_key: str | None = None, base_urls: Sequence[str] = ()) -> Iterator[None]:
     """While TRL builds its server client inside this block, build it with `HealthWait` as its wait for the server,
     every request of it carrying ``api_key`` (the server's key, `server_key_guard`; TRL's client sends none) and, with
-    ``disk`` (the disk weight transport), without vLLM and without the NCCL group."""
+    ``disk`` (the disk weight transport), without vLLM and without the NCCL group. With several ``base_urls`` (a
+    server pool) it waits for any of them to come up and talks to the first that does."""
+    several = len(base_urls) > 1
     generation = importlib.import_module("trl.generation.vllm_generation")
     client_module = importlib.import_module("trl.generation.vllm_client")
     with _BUILD_LOCK, ExitStack() as replacements:
@@ -67,10 +85,15 @@ def server_client(*, disk: bool, api_key: str | None = None) -> Iterator[None]:
                 self.session.headers.update(authorization_headers(api_key))  # before its first request: this one
                 # One try per poll (its session retries each request with backoff): the wait polls on its own.
                 get = functools.partial(requests.get, headers=authorization_headers(api_key))
-                wait = HealthWait(self.base_url, total_timeout, get=get, log=logger)
+                label = self.base_url
+                if several:
+                    get, label = functools.partial(_first_up, base_urls, get), "any of " + ", ".join(base_urls)
+                wait = HealthWait(label, total_timeout, get=get, log=logger)
                 health = wait.wait(total_timeout)
                 if isinstance(health, str):
                     raise wait.error(health)
+                if several:  # the server that answered, for TRL's own requests
+                    self.base_url = health.url.removesuffix("/health")
                 if "X-Forwarded-For" in health.headers:  # as TRL's: the host the NCCL group connects to
                     self.host = health.headers["X-Forwarded-For"]
 

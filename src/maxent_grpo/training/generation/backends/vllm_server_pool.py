@@ -22,9 +22,10 @@ Until a first server has come up, a call waits for one (`HealthWait` over all of
 all) and raises `VLLMServerUnavailableError` when none has, which stops training as with one server. Once one has
 been up, a call that finds none up sends nothing: its groups are retried or dropped, and the trainer stops after
 ``generation_max_consecutive_empty_batches`` empty batches, as with one server that died. Every process makes the
-same backend calls (I7); the process that pushes the weights (rank 0) calls every server that is up in each call, with
-or without prompts for it, so that another process waiting for a server to serve the new version is never left
-waiting.
+same backend calls (I7); each judges for itself which servers are up, and the process that pushes the weights (rank 0)
+loads them, in every call, into every server that answers its ``GET /health``, with or without prompts for it, so
+that another process that sends prompts to a server finds it serving the new version. Every process must be given
+the same list of servers.
 
 Unlike vLLM's own data parallelism (one server process, several engines behind one address), the servers of a pool
 are independent processes, on one machine or several: one that dies or restarts costs its share of a call, not the
@@ -37,8 +38,9 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,8 @@ import requests
 import torch
 
 from maxent_grpo.training.generation.backends.protocol import Completion, TokenPrompt
+from maxent_grpo.training.generation.backends.request_seeds import request_seed
+from maxent_grpo.training.generation.backends.sampling import SamplingSettings
 from maxent_grpo.training.generation.backends.server_key_guard import authorization_headers
 from maxent_grpo.training.generation.backends.server_transport import (
     BACKEND_TIMEOUT_SETTING,
@@ -60,6 +64,14 @@ logger = logging.getLogger(__name__)
 PROBE_TIMEOUT_SECONDS = 2.0
 #: The per-server counters in ``VLLMServerPool.stats``, each under ``servers/<k>/<name>``.
 SERVER_STAT_NAMES = ("requests", "failures", "completions", "resyncs")
+
+
+def _member_sampling(sampling: SamplingSettings, k: int) -> SamplingSettings:
+    """Server ``k``'s sampling: with a user seed, server ``k > 0`` draws its request seeds from a seed of its own, so
+    that a group's retry on another server never repeats the completions it already has (`request_seeds`)."""
+    if k == 0 or sampling.seed is None:
+        return sampling
+    return replace(sampling, seed=request_seed(sampling.seed, k, -1, 0))
 
 
 class VLLMServerPool:
@@ -89,9 +101,14 @@ class VLLMServerPool:
         repeated = sorted({url for url in urls if urls.count(url) > 1})
         if repeated:
             raise ValueError(f"each server URL must appear once, got {repeated} more than once")
+        sampling: SamplingSettings = options.pop("sampling")
         self.servers = [
-            VLLMServerBackend(url, weights_directory=weights_directory, api_key=api_key, **options) for url in urls
-        ]
+            VLLMServerBackend(
+                url, sampling=_member_sampling(sampling, k), weights_directory=weights_directory, api_key=api_key,
+                **options,
+            )
+            for k, url in enumerate(urls)
+        ]  # fmt: skip
         self.base_urls = [server.base_url for server in self.servers]
         self.wants_logprobs = self.servers[0].wants_logprobs
         self._headers = authorization_headers(api_key)
@@ -101,6 +118,7 @@ class VLLMServerPool:
         self._completions = [0] * len(self.servers)
         self._lock = threading.Lock()
         self._ever_up = False
+        self._refusing: set[int] = set()  # servers warned about for refusing the key
         self._deadline: float | None = None
         self.connection_timeout = self.servers[0].connection_timeout
         label = "any of " + ", ".join(self.base_urls)
@@ -114,30 +132,32 @@ class VLLMServerPool:
         """Return ``counts[i]`` completions (or fewer) for each prompt, aligned with it, from the servers that are up.
 
         Raises:
-            ~maxent_grpo.training.generation.backends.server_transport.VLLMServerUnavailableError: no server was up and none came up within ``connection_timeout``.
+            ~maxent_grpo.training.generation.backends.server_transport.VLLMServerUnavailableError: no server was up
+                and none came up within ``connection_timeout``.
         """
         if len(prompts) != len(counts):
             raise ValueError(f"counts must have one entry per prompt ({len(prompts)}), got {len(counts)}")
         groups: list[list[Completion]] = [[] for _ in prompts]
         self._calls += 1
-        up = self._servers_up()
+        answering = self._admit(self._probe([k for k in range(len(self.servers)) if not self._up[k]]))
+        up = [k for k in range(len(self.servers)) if self._up[k]]
         if not up and not self._ever_up:
-            up = self._wait_for_first()
-        if not up:
-            logger.warning("no vLLM server of the pool answers: %d prompt(s) not sent", sum(c > 0 for c in counts))
-            return groups
+            answering = up = self._wait_for_first()
         asked = [i for i, count in enumerate(counts) if count > 0]
+        if not up and asked:
+            logger.warning("no vLLM server of the pool answers: %d prompt(s) not sent", len(asked))
         shares: dict[int, list[int]] = {k: [] for k in up}
-        for n, i in enumerate(asked, start=self._calls):  # the first server changes from call to call
+        for n, i in enumerate(asked if up else [], start=self._calls):  # the first server changes from call to call
             shares[up[n % len(up)]].append(i)
-        pusher = self._pusher()
-        called = [k for k in up if shares[k] or pusher]
+        # The pusher loads the weights into every server that answers, given work or not: another process judges
+        # for itself which servers are up, and one that sends prompts to a server waits for it to serve the version.
+        called = sorted(set(up) | set(answering)) if self._pusher() else [k for k in up if shares[k]]
         if not called:
             return groups
+        error: BaseException | None = None
         with ThreadPoolExecutor(max_workers=len(called)) as executor:
             futures = {
-                k: executor.submit(self._call, k, [prompts[i] for i in shares[k]], [counts[i] for i in shares[k]])
-                for k in called
+                k: executor.submit(self._call, k, *self._share(shares.get(k, []), prompts, counts)) for k in called
             }
             for k, future in futures.items():
                 try:
@@ -145,9 +165,27 @@ class VLLMServerPool:
                 except VLLMServerUnavailableError as exc:
                     self._mark_down(k, str(exc))
                     continue
-                for i, group in zip(shares[k], outcome, strict=True):
+                except BaseException as exc:  # raised once the others are cut off
+                    if error is None:
+                        error = exc
+                        self._cut_off(other for other in called if other != k)
+                    continue
+                for i, group in zip(shares.get(k, []), outcome, strict=True):
                     groups[i] = group
+        if error is not None:
+            self.set_deadline(self._deadline)
+            raise error
         return groups
+
+    @staticmethod
+    def _share(indices: list[int], prompts: Sequence[Any], counts: Sequence[int]) -> tuple[list[Any], list[int]]:
+        return [prompts[i] for i in indices], [counts[i] for i in indices]
+
+    def _cut_off(self, indices: Iterable[int]) -> None:
+        """End the calls of the servers of ``indices`` now: nothing more sent, requests in flight cut off."""
+        for k in indices:
+            self.servers[k].set_deadline(time.monotonic())
+            self.servers[k].cancel_requests()
 
     @property
     def stats(self) -> dict[str, int]:
@@ -200,7 +238,8 @@ class VLLMServerPool:
     # ------------------------------------------------------------------------------------------------ internals
 
     def _pusher(self) -> bool:
-        return not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        return not distributed or torch.distributed.get_rank() == 0
 
     def _call(self, k: int, prompts: list[Any], counts: list[int]) -> list[list[Completion]]:
         server = self.servers[k]
@@ -208,7 +247,7 @@ class VLLMServerPool:
         groups = server.generate(prompts, counts)
         with self._lock:
             self._completions[k] += sum(len(group) for group in groups)
-        if server.stats["infrastructure_failures"] > failures:
+        if server.stats["infrastructure_failures"] > failures and self._time_left() > 0:
             self._mark_down(k, "an infrastructure failure (see the lines above)")
         return groups
 
@@ -241,42 +280,64 @@ class VLLMServerPool:
             if self._time_left() > 0:
                 raise self._health.error(health)
             return []
-        return self._servers_up()
+        return self._admit(self._probe(list(range(len(self.servers)))))
 
     def _any_health(self, url: str, timeout: float) -> requests.Response:
-        """`HealthWait`'s one poll, of every server: the first 200 answer, else the last failure raised."""
-        failure: requests.Response | requests.RequestException | None = None
-        for server_url in self.base_urls:
-            try:
-                answer = requests.get(f"{server_url}/health", headers=self._headers, timeout=timeout)
-            except requests.RequestException as exc:
-                failure = exc
-                continue
-            if answer.status_code == 200:
+        """`HealthWait`'s one poll, of every server at once: a 200 answer if one gave it, else a failure."""
+        answers = self._probe_answers(list(range(len(self.servers))), timeout)
+        for answer in answers.values():
+            if isinstance(answer, requests.Response) and answer.status_code == 200:
                 return answer
-            failure = answer
+        failure = next(iter(answers.values()))
         if isinstance(failure, requests.RequestException):
             raise failure
-        assert failure is not None
         return failure
+
+    def _probe_answers(
+        self, indices: list[int], timeout: float
+    ) -> dict[int, requests.Response | requests.RequestException]:
+        def one(k: int) -> requests.Response | requests.RequestException:
+            try:
+                return requests.get(f"{self.base_urls[k]}/health", headers=self._headers, timeout=timeout)
+            except requests.RequestException as exc:
+                return exc
+
+        if not indices:
+            return {}
+        with ThreadPoolExecutor(max_workers=len(indices)) as executor:
+            return dict(zip(indices, executor.map(one, indices), strict=True))
+
+    def _probe(self, indices: list[int]) -> dict[int, int | None]:
+        """The ``GET /health`` status of each server of ``indices``, all at once, each within
+        `PROBE_TIMEOUT_SECONDS` and the step's deadline (None: no answer). A server that refuses the key is warned
+        about once."""
+        timeout = min(PROBE_TIMEOUT_SECONDS, max(self._time_left(), 0.1))
+        statuses: dict[int, int | None] = {}
+        for k, answer in self._probe_answers(indices, timeout).items():
+            statuses[k] = answer.status_code if isinstance(answer, requests.Response) else None
+            if statuses[k] in (401, 403) and k not in self._refusing:
+                self._refusing.add(k)
+                logger.warning(
+                    "vLLM server %d (%s) answers GET /health with HTTP %d: it refuses the trainer's key "
+                    "(vllm_server_api_key); it is given no work while it does",
+                    k,
+                    self.base_urls[k],
+                    statuses[k],
+                )
+        return statuses
+
+    def _admit(self, statuses: dict[int, int | None]) -> list[int]:
+        """The servers of ``statuses`` that answered 200; those of them not marked down in the call before this one
+        are given work again (the call right after one that marked a server down, the trainer's retry of what it
+        lost, goes to the others: this matters for a server that answers its health check but fails its requests)."""
+        answering = [k for k, status in statuses.items() if status == 200]
+        for k in answering:
+            if self._calls > self._down_at[k] + 1:
+                self._note_up(k, "its GET /health answers")
+        return answering
 
     def _time_left(self) -> float:
         return math.inf if self._deadline is None else self._deadline - time.monotonic()
-
-    def _servers_up(self) -> list[int]:
-        """The servers to call now: those up, and those down whose ``GET /health`` answers again (not probed in the
-        call right after the one that marked them down: that call, the trainer's retry of what they lost, goes to the
-        others, which matters for a server that answers its health check but fails its requests)."""
-        for k, url in enumerate(self.base_urls):
-            if self._up[k] or self._calls <= self._down_at[k] + 1:
-                continue
-            try:
-                healthy = requests.get(f"{url}/health", headers=self._headers, timeout=PROBE_TIMEOUT_SECONDS).ok
-            except requests.RequestException:
-                healthy = False
-            if healthy:
-                self._note_up(k, "its GET /health answers")
-        return [k for k in range(len(self.servers)) if self._up[k]]
 
     def _mark_down(self, k: int, cause: str) -> None:
         with self._lock:

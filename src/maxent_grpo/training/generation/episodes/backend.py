@@ -135,7 +135,11 @@ class EpisodeBackend:
         self.failures: dict[FailureCause, int] = {"tool": 0, "backend": 0}
         self.reasons: list[str] = []
         self._kept: Exception | None = None
-        self.stats = backend.stats if isinstance(backend, SupportsStats) else None
+
+    @property
+    def stats(self) -> dict[str, int] | None:
+        """The wrapped backend's counters, read afresh (a server pool builds them at each read)."""
+        return self.backend.stats if isinstance(self.backend, SupportsStats) else None
 
     def set_deadline(self, deadline: float | None) -> None:
         if isinstance(self.backend, SupportsDeadline):

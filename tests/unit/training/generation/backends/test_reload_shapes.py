@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import save_file
 
-from maxent_grpo.training.generation.backends.server_reload_extension import check_shapes, checkpoint_shapes
+from maxent_grpo.training.generation.backends.server_reload_extension import (
+    check_shapes,
+    checkpoint_files,
+    checkpoint_shapes,
+)
 
 
 def test_shapes_come_from_every_file_header(tmp_path):
@@ -28,3 +34,13 @@ def test_many_differences_are_counted_and_the_first_three_named():
     served = {f"layer{i}.weight": (4,) for i in range(5)}
     with pytest.raises(ValueError, match=r"5 tensors differ in shape, layer0.*layer1.*layer2[^;]*; \.\.\.; train"):
         check_shapes({name: (5,) for name in served}, served)
+
+
+def test_a_sharded_checkpoint_is_the_files_its_index_names_and_a_leftover_beside_them_is_not_part_of_it(tmp_path):
+    for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors"):
+        save_file({"w": torch.zeros(1)}, tmp_path / name)
+    weight_map = {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    assert [path.name for path in checkpoint_files(tmp_path)] == sorted(weight_map.values())
+    (tmp_path / "model.safetensors.index.json").unlink()
+    assert len(checkpoint_files(tmp_path)) == 3  # no index: every file
