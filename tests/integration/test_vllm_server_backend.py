@@ -516,19 +516,22 @@ def make_pool(urls: list[str], tokenizer: PreTrainedTokenizerBase) -> VLLMServer
 
 
 def test_a_pool_spreads_the_groups_and_never_sends_to_a_server_that_is_not_up(servers, tokenizer, refusing_port):
-    pool = make_pool([servers["clean"], servers["short"], f"http://127.0.0.1:{refusing_port}"], tokenizer)
+    # Two servers that answer (the second takes prompts of up to 16 tokens: these are shorter) and one that refuses
+    # connections.
+    urls = [servers["clean"], servers["short_context"], f"http://127.0.0.1:{refusing_port}"]
+    pool = make_pool(urls, tokenizer)
     prompts = ["ab", "hello", "xyz", "q", "mn", "rs"]
-    counts = [2, 2, 0, 2, 2, 2]
+    counts = [2, 3, 0, 1, 2, 2]
 
     groups = pool.generate(prompts, counts)
 
     stats = pool.stats
     # Round robin over the asked prompts (2 asks for none), the first call starting at the second server: 0, 3, 5 to
-    # the short server (one choice of two each), 1, 4 to the clean one; none to the server that refuses connections.
-    assert [len(group) for group in groups] == [1, 2, 0, 1, 2, 1]
+    # the second server, 1, 4 to the first; none to the server that refuses connections.
+    assert [len(group) for group in groups] == counts
     assert (stats["servers/0/requests"], stats["servers/1/requests"], stats["servers/2/requests"]) == (2, 3, 0)
-    assert (stats["servers/0/completions"], stats["servers/1/completions"]) == (4, 3)
-    assert stats["requests"] == 5 and stats["bad_data"] == 3
+    assert (stats["servers/0/completions"], stats["servers/1/completions"]) == (5, 5)
+    assert stats["requests"] == 5 and stats["bad_data"] == 0
     for prompt, group in zip(prompts, groups, strict=True):
         for completion in group:
             check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
