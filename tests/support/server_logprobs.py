@@ -7,6 +7,7 @@ import os
 
 import requests
 import torch
+from torch.distributed.tensor import DTensor
 
 from maxent_grpo.training.generation.backends.server_key_guard import KEY_VARIABLE, authorization_headers
 
@@ -37,7 +38,11 @@ class ProbeAfterEachCall:
     """Wraps ``backend.generate``: after every call that brought completions back, the server's log-probs of
     `PROBE_TEXT` against ``model`` (being trained: the server must serve its weights) and against a copy of ``model``
     as it is now (the initial weights; or ``initial``, its log-probs of `PROBE_TEXT` computed beforehand, for a model
-    whose weights are sharded), as max absolute differences."""
+    whose weights are sharded), as max absolute differences.
+
+    A sharded model's forward is collective (FSDP2 gathers its parameters), so for one the model's log-probs are
+    computed after *every* call, on every process alike (each makes the same calls), whether or not this process got
+    completions back: one process's call may come back empty while another's does not."""
 
     def __init__(self, backend, model: torch.nn.Module, tokenizer, base_url: str, initial: torch.Tensor | None = None):
         self.ids = tokenizer(PROBE_TEXT)["input_ids"]
@@ -47,11 +52,14 @@ class ProbeAfterEachCall:
         self.to_initial: list[float] = []
         generate = backend.generate
 
+        sharded = any(isinstance(parameter, DTensor) for parameter in model.parameters())
+
         def probed(prompts, counts):
             groups = generate(prompts, counts)
+            current = model_logprobs(model, self.ids) if sharded or any(groups) else None
             if any(groups):
                 served = server_logprobs(base_url, self.ids)
-                self.to_current.append((served - model_logprobs(model, self.ids)).abs().max().item())
+                self.to_current.append((served - current).abs().max().item())
                 self.to_initial.append((served - initial).abs().max().item())
             return groups
 
