@@ -177,8 +177,15 @@ class SharedVLLMServer:
     def port(self) -> int:
         return self.process.port
 
-    def start(self, timeout: float = 300.0) -> SharedVLLMServer:
+    def launch(self) -> SharedVLLMServer:
+        """Start the server process without waiting for it to be ready (`start` waits)."""
         self.process.start()
+        return self
+
+    def start(self, timeout: float = 300.0) -> SharedVLLMServer:
+        """Start the server process unless `launch` did, and wait until it is ready and serves the launch version."""
+        if self.process.process is None:
+            self.process.start()
         self.process.wait_ready(timeout)
         version = self._call("GET", "/weight_info").json()["weight_version"]
         if self.launch_version is None:

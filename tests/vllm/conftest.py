@@ -4,11 +4,12 @@ They run where vLLM is installed (`.ci/run` builds that environment: torch 2.13.
 and skip, saying so, elsewhere. Every test here is marked ``vllm``: ``pytest -m vllm`` runs the tier alone.
 
 A real server takes most of a minute to start on CPU, so the tests that only need *a* server share one
-(`shared_server`, started once per session): the disk weight transfer with the package's reload extension wrapped so
-that a test can inject reload faults (`tests.support.failing_reload`; none unless a test asks). Before each test that
-uses it, it is brought back to its launch state (`SharedVLLMServer.reset`: no fault, the model's own weights under
-the launch version, running): a test may push weights, inject faults, or kill and restart it. Tests that need a
-server of their own (another model, the `maxent-grpo vllm-serve` command, a server that never comes up) start it.
+(`shared_server`, started once per session; under pytest-xdist one worker runs the files that use it): the disk
+weight transfer with the package's reload extension wrapped so that a test can inject reload faults
+(`tests.support.failing_reload`; none unless a test asks). Before each test that uses it, it is brought back to its
+launch state (`SharedVLLMServer.reset`: no fault, the model's own weights under the launch version, running): a test
+may push weights, inject faults, or kill and restart it. Tests that need a server of their own (another model, the
+`maxent-grpo vllm-serve` command, a server that never comes up) start it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.distributed.test_two_processes import launch_server_variants
 from tests.support import failing_reload
 from tests.support.guessing_game import GUESS_THREE
 from tests.support.real_vllm_server import SharedVLLMServer
@@ -38,14 +38,66 @@ MAX_MODEL_LEN = 1024
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
+#: The test files that use the session's server (`_session_server`). Under pytest-xdist (`.ci/run` runs this tier
+#: with ``-n 2 --dist loadfile``) one worker runs them all, so the server starts once (`pytest_xdist_make_scheduler`);
+#: every other file runs on one worker, so a module's engine or launch is built once too. Collection fails when this
+#: list and the files that use the server differ.
+SHARED_SERVER_FILES = frozenset(
+    {
+        "test_async_generation.py",
+        "test_async_generation_benchmark.py",
+        "test_interrupted_push.py",
+        "test_server_faults.py",
+        "test_server_pool.py",
+        "test_server_process.py",
+        "test_server_tools.py",
+        "test_server_two_processes.py",
+        "test_server_weights.py",
+    }
+)
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` selection, so `pytest -m vllm` finds them
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip = pytest.mark.skip(reason="vllm is not installed: the vllm tier runs in the environment .ci/run builds")
-    for item in items:
-        if HERE in Path(str(item.fspath)).resolve().parents:
-            item.add_marker(pytest.mark.vllm)
-            if not VLLM_INSTALLED:
-                item.add_marker(skip)
+    ours = [item for item in items if HERE in Path(str(item.fspath)).resolve().parents]
+    using = {item.path.name for item in ours if "_session_server" in getattr(item, "fixturenames", ())}
+    collected = {item.path.name for item in ours}
+    if using != SHARED_SERVER_FILES & collected:
+        raise pytest.UsageError(
+            "tests/vllm/conftest.py: SHARED_SERVER_FILES must name exactly the files that use the shared server: "
+            f"missing {sorted(using - SHARED_SERVER_FILES)}, "
+            f"not using it {sorted((SHARED_SERVER_FILES & collected) - using)}"
+        )
+    for item in ours:
+        item.add_marker(pytest.mark.vllm)
+        if not VLLM_INSTALLED:
+            item.add_marker(skip)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """With ``--dist loadfile``: xdist's file scheduling, with the files of `SHARED_SERVER_FILES` as one file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedServerFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "shared vLLM server" if Path(scope).name in SHARED_SERVER_FILES else scope
+
+    return SharedServerFilesTogether(config, log)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """Each test module leaves ``os.environ`` as it found it: TRL's colocate engine sets ``RANK``, ``LOCAL_RANK``,
+    ``WORLD_SIZE`` and ``MASTER_PORT`` in the process for vLLM, and a later test's subprocess that inherits them
+    starts a process group of its own (on a port another test's launch may hold)."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +127,23 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def _session_server(vllm_model_dir: Path, faults: Path) -> Iterator[SharedVLLMServer]:
+def _pool_server(request: pytest.FixtureRequest, vllm_model_dir: Path) -> Iterator[SharedVLLMServer | None]:
+    """The second server of the pool tests (`tests/vllm/test_server_pool.py`, which wait for it to be ready),
+    launched just before the session's server so that the two start side by side; None when no pool test runs."""
+    if not any(item.path.name == "test_server_pool.py" for item in request.session.items):
+        yield None
+        return
+    server = SharedVLLMServer(vllm_model_dir, max_model_len=MAX_MODEL_LEN).launch()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def _session_server(
+    vllm_model_dir: Path, faults: Path, _pool_server: SharedVLLMServer | None
+) -> Iterator[SharedVLLMServer]:
     python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     server = SharedVLLMServer(
         vllm_model_dir,
@@ -101,16 +169,3 @@ def shared_server(_session_server: SharedVLLMServer) -> SharedVLLMServer:
 def server_url(shared_server: SharedVLLMServer) -> str:
     """The base URL of the session's server, in its launch state."""
     return shared_server.base_url
-
-
-@pytest.fixture(scope="session")
-def two_process_server_runs(
-    _session_server: SharedVLLMServer, vllm_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, list[dict]]:
-    """Two processes training against the shared server, one launch for the whole-model variants of
-    `tests/distributed/probe_server.py` (``ddp``, ``async``, ``async-fault``; each a fresh trainer that pushes its own
-    weights first): per variant, both processes' records."""
-    _session_server.reset()
-    folder = tmp_path_factory.mktemp("two-processes")
-    variants = ("ddp", "async", "async-fault")
-    return launch_server_variants(folder, str(vllm_model_dir), _session_server.base_url, variants)

@@ -3,9 +3,10 @@
 What is checked on the real server: the next step's batch is generated while this one trains; no trained row's
 weights are more than ``max_staleness`` steps old; every trained row's sampler log-probs are those of the weights of
 the version it is tagged with (the model as it was when that version was written), not the current ones; a server
-killed while a batch is in flight and restarted later; an error while a batch is in flight leaves no thread behind;
-two processes. The server is the session's (`server_url`, `shared_server`: see `tests/vllm/conftest.py`), reset to
-its launch state before each test; the kill test kills it and restarts it on its port with the same options.
+killed while a batch is in flight and restarted later; an error while a batch is in flight leaves no thread behind
+(two processes: `tests/vllm/test_server_two_processes.py`). The server is the session's (`server_url`,
+`shared_server`: see `tests/vllm/conftest.py`), reset to its launch state before each test; the kill test kills it
+and restarts it on its port with the same options.
 """
 
 from __future__ import annotations
@@ -260,28 +261,6 @@ def test_an_error_while_a_batch_is_in_flight_leaves_no_thread_behind(server_url,
         trainer.train()
     assert trainer.state.global_step == 2
     assert not any(thread.name == THREAD_NAME and thread.is_alive() for thread in threading.enumerate())
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize("variant", ["async", "async-fault"])
-def test_two_processes_generate_ahead_with_one_pusher(two_process_server_runs, variant):
-    rank0, rank1 = two_process_server_runs[variant]
-    print(f"two processes, {variant}: {rank0}")
-    for name in ("staleness_max", "staleness_mean", "backend_errors", "retried_prompts", "dropped_prompts"):
-        assert rank0[name] == rank1[name], name  # every logged value is the processes' common one
-    assert rank0["rows_seen"] == rank1["rows_seen"] == 3 * 6 and rank0["dropped_prompts"] == [0, 0, 0]
-    assert rank0["staleness_max"] == [0.0, 1.0, 1.0]
-    # Step 1's weights for steps 1 and 2, step 2's for step 3 (step 3's own are never needed: nothing was retried).
-    assert rank1["weight_pushes"] == 0
-    if variant == "async":
-        assert rank0["weight_pushes"] == 2 and rank0["staleness_mean"] == [0.0, 1.0, 1.0]
-        return
-    # Process 1's call ahead for step 2 raised: its rows were generated at step 2 itself, from step 2's weights
-    # (process 0 pushed them in that retry round, which it joined with nothing to ask), process 0's came from the call
-    # ahead; the call ahead for step 3 found step 2's weights served already.
-    assert rank0["backend_errors"][1] == 1 and rank0["retried_prompts"][1] > 0
-    assert 0 < rank0["staleness_mean"][1] < 1 and rank0["staleness_mean"][2] == 1.0
-    assert rank0["weight_pushes"] == 2
 
 
 def test_ctrl_c_with_a_batch_in_flight_exits_130_and_the_run_resumes_from_its_checkpoint(

@@ -8,7 +8,7 @@ root; each node runs ``accelerate launch --config_file configs/accelerate/multi_
 machines. Each process runs `tests/distributed/probe_server.py`'s ``ddp`` and ``async-fault`` variants (the fault on
 node 1's generation) in one launch, against the server, with the key and the disk weight transfer through a directory
 all three hosts reach (the machine's file system, as a network file system would be on a cluster). The checks are the
-two-process tests' (`assert_one_pusher_on_policy`; `test_two_processes_generate_ahead_with_one_pusher`): the same
+two-process tests' (`assert_one_pusher_on_policy`; `check_generated_ahead_with_one_pusher`): the same
 calls and the same drops on both nodes, node 0 alone pushes, the server serves the trained weights; and both nodes
 end with the same weights. It skips where network namespaces cannot be created (it needs root).
 """
@@ -32,7 +32,7 @@ from tests.e2e.cli_runner import executable, offline_env
 from tests.support import network_namespaces
 from tests.support.network_namespaces import Host, network_hosts
 from tests.support.server_logprobs import assert_one_pusher_on_policy
-from tests.vllm import test_async_generation
+from tests.vllm.test_server_two_processes import check_generated_ahead_with_one_pusher
 from tests.vllm.test_vllm_serve_command import VLLM_ARGS
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
@@ -107,9 +107,10 @@ def wait_ready(server: subprocess.Popen[bytes], log: Path, timeout: float) -> st
 
 def launch_nodes(
     nodes: tuple[Host, Host], folder: Path, model_dir: Path, base_url: str, env: dict[str, str], progress: Progress
-) -> list[Launch]:
+) -> list[subprocess.Popen[bytes]]:
     """One ``accelerate launch`` per node with the multi-node config, both at once, writing under ``folder`` (their
-    output in ``node<rank>.log`` there); each node's outcome."""
+    output in ``node<rank>.log`` there). The trainers wait for the server (TRL's client and the backend do), so the
+    nodes may start while it still starts."""
     accelerate = executable("accelerate")
     folder.mkdir()
     processes = []
@@ -122,6 +123,11 @@ def launch_nodes(
         node_env = {**env, "GLOO_SOCKET_IFNAME": node.interface}  # gloo's one interface on that host
         processes.append(start(node, argv, node_env, folder / f"node{rank}.log"))
     progress(f"launched node 0 on {nodes[0].address} and node 1 on {nodes[1].address}")
+    return processes
+
+
+def wait_nodes(processes: list[subprocess.Popen[bytes]], folder: Path, progress: Progress) -> list[Launch]:
+    """Each node's outcome: its exit code and output, once it exits (killed after `LAUNCH_TIMEOUT` s)."""
     deadline = time.monotonic() + LAUNCH_TIMEOUT
     launches = []
     for rank, process in enumerate(processes):
@@ -155,16 +161,20 @@ def test_two_nodes_train_against_a_server_on_a_third_host_over_the_network(
         "--ready-timeout", str(SERVER_TIMEOUT), *VLLM_ARGS,
     ]  # fmt: skip
     server_log = tmp_path / "server.log"
+    base_url = f"http://{generation.address}:{SERVER_PORT}"
+    python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    node_env = {**env, "PYTHONPATH": python_path, "VLLM_API_KEY": KEY}  # the trainers' key, and the probe's
     server = start(generation, serve, env, server_log)
-    try:
+    nodes: list[subprocess.Popen[bytes]] = []
+    try:  # the nodes start beside the server, as on a cluster whose jobs start together
+        nodes = launch_nodes((node0, node1), shared / "runs", vllm_model_dir, base_url, node_env, progress)
         ready = wait_ready(server, server_log, SERVER_TIMEOUT + 30)
         progress(ready)
-        base_url = f"http://{generation.address}:{SERVER_PORT}"
         assert ready.startswith(f"{READY_LINE} {base_url}: ") and "vllm_server_api_key=<the key>" in ready
-        python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-        node_env = {**env, "PYTHONPATH": python_path, "VLLM_API_KEY": KEY}  # the trainers' key, and the probe's
-        launches = launch_nodes((node0, node1), shared / "runs", vllm_model_dir, base_url, node_env, progress)
+        launches = wait_nodes(nodes, shared / "runs", progress)
     finally:
+        for process in nodes:
+            end(process)
         end(server, signal.SIGINT)  # the command ends its server's process group
         progress("server stopped")
     for rank, launch in enumerate(launches):
@@ -181,4 +191,4 @@ def test_two_nodes_train_against_a_server_on_a_third_host_over_the_network(
         assert weights, "node 0 pushed through the shared directory"
     rank0, rank1 = runs["ddp"]
     assert_one_pusher_on_policy(rank0, rank1)
-    test_async_generation.test_two_processes_generate_ahead_with_one_pusher(runs, "async-fault")
+    check_generated_ahead_with_one_pusher(runs, "async-fault")

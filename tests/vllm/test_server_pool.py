@@ -1,15 +1,14 @@
 """Several real `vllm` servers behind one trainer (``vllm_server_base_urls``): failover, resync, on-policy throughout.
 
-Two servers of the shared model on 127.0.0.1: the session's (`shared_server`) and one started for this module, both
-taking disk weight reloads. One is killed mid-run and restarted: training goes on on the other without dropping a
-group, and the restarted one is given the training weights and its share again. With no server left, groups are
-dropped as with one server and the run stops with the usual error.
+Two servers of the shared model on 127.0.0.1: the session's (`shared_server`) and a second one launched beside it
+(`second_server`), both taking disk weight reloads. One is killed mid-run and restarted: training goes on on the other
+without dropping a group, and the restarted one is given the training weights and its share again. With no server
+left, groups are dropped as with one server and the run stops with the usual error.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -21,19 +20,23 @@ from maxent_grpo.training.generation.backends.vllm_server_pool import VLLMServer
 from tests.support.real_vllm_server import SharedVLLMServer, free_port
 from tests.support.server_logprobs import ProbeAfterEachCall
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, train_in_thread
-from tests.vllm.conftest import MAX_MODEL_LEN
 from tests.vllm.test_server_process import StepLogs
 
 POOL_LOGGER = "maxent_grpo.training.generation.backends.vllm_server_pool"
 
 
-@pytest.fixture(scope="module")
-def second_server(vllm_model_dir) -> Iterator[SharedVLLMServer]:
-    server = SharedVLLMServer(vllm_model_dir, max_model_len=MAX_MODEL_LEN)
-    try:
-        yield server.start()
-    finally:
-        server.close()
+@pytest.fixture
+def second_server(_pool_server: SharedVLLMServer | None) -> SharedVLLMServer:
+    """The session's second server (`tests/vllm/conftest.py`), running: waited for while it still starts, restarted
+    if a test before left it dead."""
+    assert _pool_server is not None
+    if not _pool_server.alive():
+        process = _pool_server.process.process
+        if process is not None and process.poll() is None:
+            _pool_server.start()  # launched beside the session's server, still starting
+        else:
+            _pool_server.restart()
+    return _pool_server
 
 
 class KillThenRestart(TrainerCallback):
