@@ -1,41 +1,62 @@
-"""Mode coverage: stock GRPO collapses onto one correct answer, MaxEnt listwise keeps all of them.
+"""Mode coverage: stock GRPO collapses onto one correct answer; MaxEnt listwise and TRL's own options against it.
 
 Task: the prompt "pick a vowel:" and a reward of 1 when the completion's first non-whitespace character is a
 lower-case vowel (`vowel_start_reward`), so there are five equally good answers. The tiny offline Qwen2 model of
 `maxent_grpo.tiny_model` (hidden size 64, one layer; character-level tokenizer, so the first token is the first
-character) is trained from the same random initialisation per seed by stock TRL `GRPOTrainer` and by
-`MaxEntGRPOTrainer` with ``maxent_objective="listwise"``, ``maxent_mode_key="first_token"`` and nothing else: the
-config defaults (tau annealed from 0.25 to 0.003 over the whole run, ``maxent_q_temperature=1``,
-``maxent_q_epsilon=0``, ``maxent_mode_probability="count"``, right here because a first character spans many
-completions), unless ``--maxent FIELD=VALUE`` overrides a field. Both use one group of 16
-completions of at most 2 tokens per step (only the first character is scored), learning rate 3e-3 with TRL's default
-linear decay, beta 0, sampling temperature 1.0, 300 steps. Runs are interleaved (seed 0 GRPO, seed 0 MaxEnt,
-seed 1 GRPO, ...) in one process so machine drift hits both.
+character) is trained from the same random initialisation per seed by five arms (`maxent_grpo.bench.trl_baselines`):
+
+- ``grpo``: stock TRL `GRPOTrainer`;
+- ``grpo_entropy_fixed``: GRPO with a fixed token-entropy bonus, ``entropy_coef`` = the best of the grid
+  (``--entropy-grid``, default 0.01 0.02 0.05 0.1; see below);
+- ``grpo_entropy``: GRPO with TRL's adaptive bonus (``entropy_coef=0.01``, ``use_adaptive_entropy=True``,
+  ``entropy_target=1.0``, ``entropy_coef_max=0.1``);
+- ``grpo_top_entropy``: GRPO with the loss on the top 20% tokens by entropy (``top_entropy_quantile=0.2``);
+- ``maxent``: `MaxEntGRPOTrainer` with ``maxent_objective="listwise"``, ``maxent_mode_key="first_token"`` and
+  nothing else: the config defaults (tau annealed from 0.25 to 0.003 over the whole run, ``maxent_q_temperature=1``,
+  ``maxent_q_epsilon=0``, ``maxent_mode_probability="count"``, right here because a first character spans many
+  completions), unless ``--maxent FIELD=VALUE`` overrides a field.
+
+All use one group of 16 completions of at most 2 tokens per step (only the first character is scored), learning rate
+3e-3 with TRL's default linear decay, beta 0, sampling temperature 1.0, 300 steps.
 
 Reward and answer entropy are recorded at every step from the completions the trainer scores. After training,
-512 answers are sampled from each model with the training generation settings, and the script prints per method
-and seed (and the mean over seeds) the mean reward and the normalized answer entropy: the entropy of the empirical
-distribution of first characters restricted to the five vowels, divided by ln 5 (1.0: all five vowels equally
-likely; 0.0: a single vowel).
+512 answers are sampled from each model with the training generation settings; the figures of a model are their mean
+reward and normalized answer entropy: the entropy of the empirical distribution of first characters restricted to
+the five vowels, divided by ln 5 (1.0: all five vowels equally likely; 0.0: a single vowel).
+
+The run has two phases, in one process. Grid phase: per seed, stock GRPO and GRPO with each fixed ``entropy_coef`` of
+the grid. The coefficient is chosen as a TRL user tuning it would (`maxent_grpo.bench.trl_baselines
+.choose_fixed_coefficient`): the highest mean normalized vowel entropy among the coefficients whose mean reward is
+at most 0.01 below stock GRPO's, else the highest reward; ties to the smaller coefficient. It is chosen on the seeds
+it is reported on, which favours that arm. Main phase: per seed, the adaptive, top-entropy and MaxEnt arms (seed 0
+all, seed 1 all, ...). Stock GRPO's grid runs and the chosen coefficient's are the ``grpo`` and ``grpo_entropy_fixed``
+runs (same seeds and settings: not trained again). The script prints a line per run, the grid's figures, the
+per-seed and mean table, and one sentence per TRL arm: MaxEnt is *ahead* (or *behind*) on reward or vowel entropy
+when it is above (below) that arm on every seed by more than a margin (0.01 reward, 0.05 entropy), *level*
+otherwise; with 3 seeds that describes the runs, it is no significance test.
 
     python benchmarks/mode_coverage.py [--steps 300] [--seeds 3] [--samples 512] [--maxent FIELD=VALUE ...]
+                                       [--entropy-grid C [C ...]] [--methods METHOD [METHOD ...]]
                                        [--output-dir DIR | --update-results]
 
-It writes ``mode_coverage.json`` (settings, final figures per run, mean curves) and ``mode_coverage.png`` (reward
-and normalized entropy over steps, mean over seeds with a min-max band) into the output directory
-(``outputs/benchmarks/mode_coverage`` by default; ``--update-results`` replaces the committed
-``benchmarks/results/mode_coverage``, which the README and docs/benchmarks/mode-coverage.md show). The per-step
-entropy is that of one group of 16 answers, so it reads lower than the 512-sample figure (16 draws rarely cover
-five equally likely vowels evenly).
+It writes ``mode_coverage.json`` (settings with the grid, the chosen coefficient and its rule; every run of the table
+and of the grid; per-method means; per-coefficient means; MaxEnt's per-seed differences to each TRL arm and their
+verdicts; mean curves) and ``mode_coverage.png`` (reward and normalized entropy over steps per arm, mean over seeds
+with a min-max band) into the output directory (``outputs/benchmarks/mode_coverage`` by default;
+``--update-results`` replaces the committed ``benchmarks/results/mode_coverage``, which the README and
+docs/benchmarks/mode-coverage.md show). The per-step entropy is that of one group of 16 answers, so it reads lower
+than the 512-sample figure (16 draws rarely cover five equally likely vowels evenly).
 
-Expected result: both methods reach a mean reward near 1. GRPO gives every correct sample of a group the same
-advantage, so the vowel that happens to be sampled most gains most, and once every completion of a group is correct
-its advantages vanish: it ends on one or two vowels (normalized entropy well below 0.65). MaxEnt's mode form gives
-each distinct correct answer the same weight, so it keeps all five vowels (reward >= 0.95 and normalized entropy
->= 0.90 on every seed). With a fixed tau of 0.25 and 4-token completions or hidden size 32, MaxEnt's final reward
-is lower (about 0.93-0.96).
-Takes about 1-2 minutes on 2 CPU cores with the defaults (six runs of
-300 steps at 0.03-0.05 s per step, plus start-up).
+Expected result (the committed run, mean reward / vowel entropy over 3 seeds): every arm reaches a mean reward near 1.
+GRPO gives every correct sample of a group the same advantage, so the vowel that happens to be sampled most gains
+most, and once every completion of a group is correct its advantages vanish: it ends on one or two vowels (0.997 /
+0.155). MaxEnt's mode form gives each distinct correct answer the same weight, so it keeps all five (0.994 / 0.997,
+reward >= 0.99 and entropy >= 0.99 on every seed). Of TRL's options, the adaptive bonus stays at 0.628 and
+``top_entropy_quantile`` collapses further (0.036); a fixed bonus tuned on the grid (0.1: 0.991 / 0.976; 0.05: 0.993
+/ 0.950) comes level with MaxEnt at the end, later in the run. With a fixed tau of 0.25 and 4-token completions or
+hidden size 32, MaxEnt's final reward is lower (about 0.93-0.96). Takes about 5 minutes on 2 CPU cores with the
+defaults (24 runs of 300 steps, at 6-30 s each with start-up and sampling: 3 seeds x (stock GRPO + 4 grid
+coefficients) in the grid phase, 3 x 3 arms in the main phase).
 """
 
 from __future__ import annotations
@@ -46,7 +67,7 @@ import math
 import statistics
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,22 +79,28 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from maxent_grpo.bench.output import add_output_arguments
+from maxent_grpo.bench.per_seed_comparison import compare_with_maxent, comparison_lines
 from maxent_grpo.bench.single_prompt import (
-    METHODS,
-    SMOOTHING_WINDOW,
     SinglePromptTask,
     StepRecorder,
+    add_arm_arguments,
     add_run_arguments,
-    smooth,
+    check_arguments,
 )
+from maxent_grpo.bench.single_prompt_arms import RunOutput, run_arms
+from maxent_grpo.bench.smoothing import SMOOTHING_WINDOW, smooth
+from maxent_grpo.bench.trl_baselines import REWARD_TOLERANCE, TRL_LABELS
 from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
 
-# Fixed settings of the experiment (the CLI exposes steps, seeds, MaxEnt overrides, samples and the output directory).
+# Fixed settings of the experiment (the CLI exposes steps, seeds, MaxEnt overrides, samples, the arms, the entropy grid
+# and the output directory).
 # MaxEnt at the config defaults; a mode (the first character) spans many 2-token completions, so its probability under
 # the policy is not known from the sampled ones and the group share estimates it (the default "count").
 TASK = SinglePromptTask(prompt="pick a vowel:", mode_key="first_token")
 VOWEL_SET = frozenset(VOWELS)
-LABELS = {"grpo": "GRPO (stock TRL)", "maxent": "MaxEnt listwise (first_token modes)"}
+LABELS = {**TRL_LABELS, "maxent": "MaxEnt listwise (first_token modes)"}
+#: Margins of the plain-words comparison of MaxEnt with each TRL arm (`comparison_lines`), per figure key.
+MARGINS = {"mean_reward": REWARD_TOLERANCE, "normalized_entropy": 0.05}
 COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "mode_coverage"
 
 
@@ -88,7 +115,7 @@ def normalized_vowel_entropy(characters: Sequence[str]) -> float:
     total = sum(counts.values())
     if total == 0:
         return 0.0
-    entropy = -sum(n / total * math.log(n / total) for n in counts.values())
+    entropy = sum(n / total * math.log(total / n) for n in counts.values())
     return entropy / math.log(len(VOWELS))
 
 
@@ -108,22 +135,22 @@ def evaluate(answers: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def plot_curves(curves: dict[str, dict[str, list[list[float]]]], path: Path) -> None:
-    """Reward and normalized entropy over steps per method: mean over seeds with a min-max band, smoothed."""
-    figure, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+def plot_curves(curves: dict[str, dict[str, list[list[float]]]], labels: dict[str, str], path: Path) -> None:
+    """Reward and normalized entropy over steps per arm: mean over seeds with a min-max band, smoothed."""
+    figure, axes = plt.subplots(1, 2, figsize=(13, 4.6))
     titles = ("mean reward of the step's group", "normalized vowel entropy of the step's group")
     for axis, key, title in zip(axes, ("reward", "entropy"), titles, strict=True):
-        for method in METHODS:
-            runs = [smooth(run, SMOOTHING_WINDOW) for run in curves[method][key]]
+        for method, method_curves in curves.items():
+            runs = [smooth(run, SMOOTHING_WINDOW) for run in method_curves[key]]
             steps = range(1, len(runs[0]) + 1)
             by_step = list(zip(*runs, strict=True))
-            axis.plot(steps, [statistics.fmean(v) for v in by_step], label=LABELS[method])
-            axis.fill_between(steps, [min(v) for v in by_step], [max(v) for v in by_step], alpha=0.25)
+            axis.plot(steps, [statistics.fmean(v) for v in by_step], label=labels[method])
+            axis.fill_between(steps, [min(v) for v in by_step], [max(v) for v in by_step], alpha=0.15)
         axis.set_title(title)
         axis.set_xlabel("step")
         axis.set_ylim(-0.02, 1.02)
         axis.grid(alpha=0.3)
-    axes[0].legend(loc="lower right")
+    axes[0].legend(loc="lower right", fontsize="small")
     figure.suptitle(
         f"pick a vowel (5 correct answers), {TASK.num_generations} completions per step: mean over seeds, "
         f"band = min-max over seeds, {SMOOTHING_WINDOW}-step moving average"
@@ -137,8 +164,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_run_arguments(parser, maxent_help="MaxEntGRPOConfig override, repeatable")
     parser.add_argument("--samples", type=int, default=512, help="answers sampled per trained model")
+    add_arm_arguments(parser)
     add_output_arguments(parser, "mode_coverage", COMMITTED_OUTPUT_DIR)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    check_arguments(parser, args)
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -147,61 +177,63 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     hf_logging.set_verbosity_error()
     args.output_dir.mkdir(parents=True, exist_ok=True)
     maxent = dict(args.maxent)
-
-    runs: list[dict[str, Any]] = []
-    curves: dict[str, dict[str, list[list[float]]]] = {m: {"reward": [], "entropy": []} for m in METHODS}
-    total = args.seeds * len(METHODS)
     started = time.perf_counter()
-    for seed in range(args.seeds):
-        for method in METHODS:
-            recorder = StepRecorder(vowel_start_reward, {"entropy": group_vowel_entropy})
-            run_start = time.perf_counter()
-            trainer = TASK.train(method, seed, args.steps, maxent, recorder)
-            answers = TASK.sample_answers(trainer.model, trainer.processing_class, args.samples, seed=1000 + seed)
-            final = evaluate(answers)
-            seconds = time.perf_counter() - run_start
-            runs.append({"method": method, "seed": seed, "seconds": round(seconds, 1), **final})
-            curves[method]["reward"].append(recorder.rewards)
-            curves[method]["entropy"].append(recorder.metrics["entropy"])
-            print(
-                f"[{len(runs)}/{total}] seed {seed} {method:<6} {args.steps} steps in {seconds:6.1f}s "
-                f"(elapsed {time.perf_counter() - started:6.1f}s): reward {final['mean_reward']:.3f}, "
-                f"entropy {final['normalized_entropy']:.3f}",
-                flush=True,
-            )
 
+    def train(method: str, seed: int, trl_fields: Mapping[str, Any]) -> RunOutput:
+        recorder = StepRecorder(vowel_start_reward, {"entropy": group_vowel_entropy})
+        answers = TASK.train_and_sample(method, seed, args.steps, maxent, recorder, trl_fields, args.samples)
+        return evaluate(answers), {"reward": recorder.rewards, "entropy": recorder.metrics["entropy"]}
+
+    arms = run_arms(
+        args.methods,
+        args.seeds,
+        args.entropy_grid,
+        train,
+        describe=lambda f: f"reward {f['mean_reward']:.3f}, entropy {f['normalized_entropy']:.3f}",
+        diversity="normalized_entropy",
+    )
+    labels = arms.labels(LABELS)
+
+    runs = [run.record() for run in arms.runs]
     summary = {
         method: {
             key: statistics.fmean(r[key] for r in runs if r["method"] == method)
             for key in ("mean_reward", "normalized_entropy")
         }
-        for method in METHODS
+        for method in args.methods
     }
+    width = max(len(m) for m in args.methods) + 2
     print(f"\n{args.samples} sampled answers per model; entropy = H(first-character vowels) / ln 5")
-    print(f"{'method':<8}{'seed':>6}{'reward':>9}{'entropy':>9}  vowel counts (a e i o u)")
+    print(f"{'method':<{width}}{'seed':>6}{'reward':>9}{'entropy':>9}  vowel counts (a e i o u)")
     for run in runs:
         counts = " ".join(f"{run['vowel_counts'][v]:>3}" for v in VOWELS)
         print(
-            f"{run['method']:<8}{run['seed']:>6}{run['mean_reward']:>9.3f}{run['normalized_entropy']:>9.3f}  {counts}"
+            f"{run['method']:<{width}}{run['seed']:>6}{run['mean_reward']:>9.3f}{run['normalized_entropy']:>9.3f}"
+            f"  {counts}"
         )
-    for method in METHODS:
-        figures = summary[method]
-        print(f"{method:<8}{'mean':>6}{figures['mean_reward']:>9.3f}{figures['normalized_entropy']:>9.3f}")
+    print(f"\nmean over {args.seeds} seed(s)")
+    print(f"{'method':<{width}}{'reward':>9}{'entropy':>9}  arm")
+    for method, figures in summary.items():
+        print(
+            f"{method:<{width}}{figures['mean_reward']:>9.3f}{figures['normalized_entropy']:>9.3f}  {labels[method]}"
+        )
 
-    by_seed = {(r["method"], r["seed"]): r for r in runs}
-    maxent_ok = sum(
-        by_seed["maxent", s]["mean_reward"] >= 0.95 and by_seed["maxent", s]["normalized_entropy"] >= 0.90
-        for s in range(args.seeds)
-    )
-    grpo_lower = sum(
-        by_seed["grpo", s]["normalized_entropy"] < by_seed["maxent", s]["normalized_entropy"]
-        for s in range(args.seeds)
-    )
-    print(
-        f"MaxEnt reward >= 0.95 and entropy >= 0.90 on {maxent_ok}/{args.seeds} seeds; "
-        f"GRPO entropy below MaxEnt's on {grpo_lower}/{args.seeds} seeds"
-    )
+    comparisons = compare_with_maxent(arms.runs, MARGINS)
+    if comparisons:
+        print()
+        for line in comparison_lines(
+            comparisons, labels, {"mean_reward": "reward", "normalized_entropy": "vowel entropy"}, MARGINS
+        ):
+            print(line)
+    if "maxent" in args.methods:
+        mine = [r for r in runs if r["method"] == "maxent"]
+        kept = sum(r["mean_reward"] >= 0.95 and r["normalized_entropy"] >= 0.90 for r in mine)
+        print(f"MaxEnt reward >= 0.95 and entropy >= 0.90 on {kept}/{args.seeds} seeds")
 
+    curves = {
+        method: {key: [r.curves[key] for r in arms.runs if r.method == method] for key in ("reward", "entropy")}
+        for method in args.methods
+    }
     result = {
         "settings": {
             "prompt": TASK.prompt,
@@ -212,20 +244,26 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "per_device_train_batch_size": TASK.num_generations,
             **TASK.maxent_run_settings(maxent),
             "maxent_overrides": maxent,
+            "methods": list(args.methods),
+            **arms.settings(args.methods, "normalized_entropy"),
+            "comparison_margins": MARGINS,
         },
         "runs": runs,
+        "grid_runs": [run.record() for run in arms.grid_runs],
         "summary": summary,
+        "entropy_grid": {str(c): figures for c, figures in arms.entropy_grid.items()},
+        "maxent_versus": comparisons,
         "curves_mean_over_seeds": {
             method: {
-                key: [round(statistics.fmean(v), 4) for v in zip(*curves[method][key], strict=True)]
-                for key in ("reward", "entropy")
+                key: [round(statistics.fmean(v), 4) for v in zip(*per_seed, strict=True)]
+                for key, per_seed in c.items()
             }
-            for method in METHODS
+            for method, c in curves.items()
         },
         "total_seconds": round(time.perf_counter() - started, 1),
     }
     (args.output_dir / "mode_coverage.json").write_text(json.dumps(result, indent=1) + "\n")
-    plot_curves(curves, args.output_dir / "mode_coverage.png")
+    plot_curves(curves, labels, args.output_dir / "mode_coverage.png")
     print(f"wrote {args.output_dir / 'mode_coverage.json'} and {args.output_dir / 'mode_coverage.png'}")
     return result
 

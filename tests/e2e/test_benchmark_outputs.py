@@ -33,7 +33,11 @@ def _run_in(cwd: Path, command: list[str], env: dict[str, str]) -> subprocess.Co
 @pytest.mark.parametrize(
     ("script", "arguments", "written"),
     [
-        ("mode_coverage.py", ["--steps", "2", "--seeds", "1", "--samples", "8"], "mode_coverage.json"),
+        (
+            "mode_coverage.py",
+            ["--steps", "2", "--seeds", "1", "--samples", "8", "--methods", "grpo", "maxent"],
+            "mode_coverage.json",
+        ),
         ("dynamic_sampling.py", ["--steps", "1", "--seeds", "1"], "dynamic_sampling.json"),
     ],
     ids=["mode_coverage", "dynamic_sampling"],

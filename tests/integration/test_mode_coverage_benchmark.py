@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from maxent_grpo.bench.trl_baselines import ARMS
 from tests.support.benchmark_script import load_benchmark
 
 
@@ -20,22 +21,50 @@ def test_normalized_vowel_entropy() -> None:
 
 
 @pytest.mark.slow
-def test_benchmark_runs_and_writes_figures(tmp_path: Path) -> None:
+def test_benchmark_runs_every_arm_and_writes_figures(tmp_path: Path) -> None:
     benchmark = load_benchmark("mode_coverage")
     steps = 3
-    result = benchmark.main(["--steps", str(steps), "--seeds", "1", "--samples", "32", "--output-dir", str(tmp_path)])
+    argv = ["--steps", str(steps), "--seeds", "1", "--samples", "32", "--entropy-grid", "0.05"]
+    result = benchmark.main([*argv, "--output-dir", str(tmp_path)])
 
     written = json.loads((tmp_path / "mode_coverage.json").read_text())
     assert written == json.loads(json.dumps(result))
-    assert set(written) == {"settings", "runs", "summary", "curves_mean_over_seeds", "total_seconds"}
-    assert [(run["method"], run["seed"]) for run in written["runs"]] == [("grpo", 0), ("maxent", 0)]
-    for run in written["runs"]:
+    assert set(written) == {
+        "settings",
+        "runs",
+        "grid_runs",
+        "summary",
+        "entropy_grid",
+        "maxent_versus",
+        "curves_mean_over_seeds",
+        "total_seconds",
+    }
+    assert [(run["method"], run["seed"]) for run in written["runs"]] == [(method, 0) for method in ARMS]
+    for run in written["runs"] + written["grid_runs"]:
         assert 0.0 <= run["mean_reward"] <= 1.0
         assert 0.0 <= run["normalized_entropy"] <= 1.0 + 1e-9
         assert set(run["vowel_counts"]) == set("aeiou")
-    for method in ("grpo", "maxent"):
+    settings = written["settings"]
+    assert settings["methods"] == list(ARMS)
+    assert settings["entropy_grid"] == [0.05] and settings["entropy_coef_chosen"] in settings["entropy_grid"]
+    assert "choose_fixed_coefficient" in settings["entropy_coef_selection"]
+    assert settings["trl_fields"]["grpo_entropy_fixed"] == {"entropy_coef": 0.05}
+    assert settings["trl_fields"]["grpo_top_entropy"] == {"top_entropy_quantile": 0.2}
+    assert set(written["entropy_grid"]) == {"0.05"}
+    assert set(written["entropy_grid"]["0.05"]) == {"mean_reward", "normalized_entropy", "admissible"}
+    [grid_run] = written["grid_runs"]
+    fixed = next(run for run in written["runs"] if run["method"] == "grpo_entropy_fixed")
+    assert fixed == grid_run and fixed["entropy_coef"] == 0.05 and fixed["phase"] == "grid"
+    for method in ARMS:
         assert set(written["summary"][method]) == {"mean_reward", "normalized_entropy"}
         curves = written["curves_mean_over_seeds"][method]
         assert len(curves["reward"]) == len(curves["entropy"]) == steps
+    assert set(written["maxent_versus"]) == set(ARMS) - {"maxent"}
+    for figures in written["maxent_versus"].values():
+        assert {figures[key]["verdict"] for key in ("mean_reward", "normalized_entropy")} <= {
+            "ahead",
+            "level",
+            "behind",
+        }
     png = tmp_path / "mode_coverage.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

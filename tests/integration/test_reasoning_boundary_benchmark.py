@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from maxent_grpo.bench.digit_sums import is_correct
+from maxent_grpo.bench.held_out_methods import LABELS, method_labels
+from maxent_grpo.bench.over_seeds import format_difference, interval, paired_differences
 from maxent_grpo.bench.stats import summarize, welch_difference
 from maxent_grpo.tiny_model import build_tiny_tokenizer
 from tests.support.benchmark_script import load_benchmark
@@ -36,7 +38,7 @@ def test_paired_differences_pair_runs_by_seed() -> None:
     runs = [run("base", 0, 0.2), run("maxent", 1, 0.9), run("grpo", 0, 0.1), run("base", 1, 0.6)]
     runs += [run("maxent", 0, 0.5), run("grpo", 1, 0.5), run("base", 2, 0.3), run("maxent", 2, 0.7)]
     runs += [run("grpo", 2, 0.2)]
-    differences = benchmark.paired_differences(runs, "maxent", "pass_at_k")
+    differences = paired_differences(runs, "maxent", "pass_at_k")
     assert list(differences) == ["base", "grpo"]
     for k in benchmark.KS:
         assert differences["base"][str(k)]["mean"] == pytest.approx(0.3333333)
@@ -46,25 +48,25 @@ def test_paired_differences_pair_runs_by_seed() -> None:
     # The gap is told apart from zero only because it is paired: unpaired, the seeds' luck hides it.
     assert differences["grpo"]["1"]["ci95"][0] > 0.0
     assert welch_difference([0.101, 0.501, 0.201], [0.501, 0.901, 0.701]).verdict == "within run-to-run variance"
-    one_seed = benchmark.paired_differences([run("maxent", 0, 0.5), run("base", 0, 0.25)], "maxent", "pass_at_k")
+    one_seed = paired_differences([run("maxent", 0, 0.5), run("base", 0, 0.25)], "maxent", "pass_at_k")
     assert one_seed == {"base": {str(k): {"mean": pytest.approx(0.25), "ci95": None} for k in benchmark.KS}}
-    assert benchmark.interval([0.5]) is None
+    assert interval([0.5]) is None
     three = summarize([0.2, 0.4, 0.9])
-    assert benchmark.interval([0.2, 0.4, 0.9]) == pytest.approx([three.ci_low, three.ci_high])
-    assert benchmark.format_difference({"mean": 0.0123, "ci95": [-0.004, 0.0286]}) == "+0.012 [-0.004, +0.029]"
-    assert benchmark.format_difference({"mean": -0.5, "ci95": None}) == "-0.500"
+    assert interval([0.2, 0.4, 0.9]) == pytest.approx([three.ci_low, three.ci_high])
+    assert format_difference({"mean": 0.0123, "ci95": [-0.004, 0.0286]}) == "+0.012 [-0.004, +0.029]"
+    assert format_difference({"mean": -0.5, "ci95": None}) == "-0.500"
 
 
 def test_the_maxent_label_names_its_overrides() -> None:
-    benchmark = load_benchmark("reasoning_boundary")
-    assert benchmark.method_labels([])["maxent"] == "MaxEnt listwise (defaults)"
-    labels = benchmark.method_labels([("top_entropy_quantile", 0.6), ("maxent_mode_key", None)])
+    assert method_labels([])["maxent"] == "MaxEnt listwise (defaults)"
+    labels = method_labels([("top_entropy_quantile", 0.6), ("maxent_mode_key", None)])
     assert labels["maxent"] == "MaxEnt listwise (top_entropy_quantile=0.6, maxent_mode_key=null)"
-    assert labels["grpo"] == benchmark.LABELS["grpo"]
-    repeated = benchmark.method_labels([("maxent_tau", 0.5), ("maxent_tau", 0.3)])  # the last value applies
+    assert labels["grpo"] == LABELS["grpo"]
+    assert method_labels([], 0.05)["grpo_entropy_fixed"] == "GRPO + entropy_coef=0.05 (fixed, best of grid)"
+    repeated = method_labels([("maxent_tau", 0.5), ("maxent_tau", 0.3)])  # the last value applies
     assert repeated["maxent"] == "MaxEnt listwise (maxent_tau=0.3)"
-    benchmark.method_labels([])["maxent"] = "changed"
-    assert benchmark.LABELS["maxent"] == "MaxEnt listwise (defaults)"
+    method_labels([])["maxent"] = "changed"
+    assert LABELS["maxent"] == "MaxEnt listwise (defaults)"
 
 
 @pytest.mark.slow
@@ -86,6 +88,20 @@ def test_exact_pass_at_k_is_what_sampling_measures() -> None:
     assert exact["4"] == pytest.approx((1 - 0.5**4) / 2)
 
 
+def assert_pass_at_k_over_seeds(summary: dict, seeds: int) -> None:
+    """Every method's sampled and exact pass@k of a held-out benchmark's summary: one value per k of 1, 4, ..., 256,
+    increasing in k within [0, 1], each the mean of its ``seeds`` per-seed values, with their 95% interval."""
+    for method, figures in summary.items():
+        for key in ("pass_at_k", "exact_pass_at_k"):
+            assert list(figures[key]) == ["1", "4", "16", "64", "256"], method
+            values = list(figures[key].values())
+            assert values == sorted(values) and 0.0 <= values[0] <= values[-1] <= 1.0
+            for k, per_seed in figures[f"{key}_per_seed"].items():
+                over = summarize(per_seed)
+                assert len(per_seed) == seeds and figures[key][k] == pytest.approx(over.mean)
+                assert figures[f"{key}_ci95"][k] == pytest.approx([over.ci_low, over.ci_high])
+
+
 @pytest.mark.slow
 def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     benchmark = load_benchmark("reasoning_boundary")
@@ -98,19 +114,20 @@ def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.Captur
     order = [(method, seed) for seed in (3, 4) for method in ("base", "grpo", "maxent")]
     assert [(run["method"], run["seed"]) for run in written["runs"]] == order
     assert written["settings"]["maxent_overrides"] == {"maxent_tau": 0.5}
+    assert written["entropy_grid"] is None  # the fixed entropy arm did not run
+    assert list(written["maxent_minus"]) == [
+        "pass_at_k",
+        "exact_pass_at_k",
+        "distinct_correct",
+        "final_training_reward",
+    ]
     assert (written["settings"]["seeds"], written["settings"]["first_seed"]) == (2, 3)
-    for method, figures in written["summary"].items():
-        for key in ("pass_at_k", "exact_pass_at_k"):
-            assert list(figures[key]) == ["1", "4", "16", "64", "256"], method
-            values = list(figures[key].values())
-            assert values == sorted(values) and 0.0 <= values[0] <= values[-1] <= 1.0
-            for k, per_seed in figures[f"{key}_per_seed"].items():
-                seeds = summarize(per_seed)
-                assert len(per_seed) == 2 and figures[key][k] == pytest.approx(seeds.mean)
-                assert figures[f"{key}_ci95"][k] == pytest.approx([seeds.ci_low, seeds.ci_high])
+    assert_pass_at_k_over_seeds(written["summary"], seeds=2)
     by_seed = {(run["method"], run["seed"]): run for run in written["runs"]}
-    for key in ("pass_at_k", "exact_pass_at_k"):
+    assert list(written["maxent_minus"]["final_training_reward"]) == ["grpo"]
+    for key in ("pass_at_k", "exact_pass_at_k", "distinct_correct"):
         assert list(written["maxent_minus"][key]) == ["base", "grpo"]
+    for key in ("pass_at_k", "exact_pass_at_k"):
         for k, difference in written["maxent_minus"][key]["grpo"].items():
             paired = summarize([by_seed["maxent", s][key][k] - by_seed["grpo", s][key][k] for s in (3, 4)])
             assert difference["mean"] == pytest.approx(paired.mean)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import random
 
+from maxent_grpo.bench.zipf_corpus import zipf_corpus
+
 __all__ = [
     "HARDEST_SUMS",
     "PROMPTS",
@@ -64,23 +66,20 @@ def training_prompts() -> tuple[str, ...]:
     return tuple(p for p in PROMPTS if not _held_out(p))
 
 
+def _wrong_pair(prompt: str, answers: list[str], rng: random.Random) -> str:
+    """A random two-digit pair that is not one of ``answers``."""
+    return rng.choice([f"{c}{d}" for c in range(10) for d in range(10) if f"{c}{d}" not in answers])
+
+
 def sample_corpus(
     prompts: tuple[str, ...], per_prompt: int, wrong_fraction: float, zipf_exponent: float, seed: int
 ) -> list[tuple[str, str]]:
     """``per_prompt`` (prompt, answer) pairs per prompt: a random wrong pair with probability ``wrong_fraction``, else
-    a correct answer, the r-th of a per-prompt random order with weight ``1 / r ** zipf_exponent``."""
-    if not 0 <= wrong_fraction < 1:
-        raise ValueError(f"wrong_fraction={wrong_fraction} is invalid: expected a number in [0, 1)")
-    rng = random.Random(seed)
-    corpus: list[tuple[str, str]] = []
-    for prompt in prompts:
-        answers = list(correct_answers(prompt))
-        rng.shuffle(answers)
-        weights = [1 / (rank + 1) ** zipf_exponent for rank in range(len(answers))]
-        wrong = [f"{c}{d}" for c in range(10) for d in range(10) if f"{c}{d}" not in answers]
-        for _ in range(per_prompt):
-            if rng.random() < wrong_fraction:
-                corpus.append((prompt, rng.choice(wrong)))
-            else:
-                corpus.append((prompt, rng.choices(answers, weights)[0]))
-    return corpus
+    a correct answer, the r-th of a per-prompt random order with weight ``1 / r ** zipf_exponent``
+    (`maxent_grpo.bench.zipf_corpus.zipf_corpus`).
+
+    Raises:
+        ValueError: when ``wrong_fraction`` is not in [0, 1).
+    """
+    corpus_of = {"correct_answers": correct_answers, "right": lambda prompt, answer: answer, "wrong": _wrong_pair}
+    return zipf_corpus(prompts, per_prompt, wrong_fraction, zipf_exponent, seed, **corpus_of)

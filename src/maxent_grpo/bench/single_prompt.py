@@ -1,32 +1,49 @@
-"""One-prompt tasks of the CPU benchmarks: stock GRPO against MaxEnt listwise on the tiny offline model.
+"""One-prompt tasks of the CPU benchmarks: MaxEnt listwise against stock GRPO and TRL's options on the tiny model.
 
-`benchmarks/mode_coverage.py` and `benchmarks/pass_at_k.py` train both methods from the same seeded initialisation
-on one prompt with several correct answers. What they share lives here: the task's fixed settings, the two trainers,
-the per-step record of the scored groups and the sampling of answers after training. Their rewards, answer
-evaluation, tables and plots stay in the scripts.
+`benchmarks/mode_coverage.py` and `benchmarks/pass_at_k.py` train every arm of
+`maxent_grpo.bench.trl_baselines.ARMS` from the same seeded initialisation on one prompt with several correct answers:
+stock TRL GRPO, the TRL options against collapse of `maxent_grpo.bench.trl_baselines` (a fixed entropy bonus chosen
+on a grid, the adaptive bonus, top-entropy tokens) and MaxEnt listwise. The task lives here: its fixed settings, its
+two trainers, the sampling of answers after training (`SinglePromptTask`) and the command-line options the scripts
+share (`add_run_arguments`, `add_arm_arguments`, `check_arguments`). The order of the runs is
+`maxent_grpo.bench.single_prompt_arms.run_arms`, the plain-words comparison of MaxEnt with each TRL arm
+`maxent_grpo.bench.per_seed_comparison`; their rewards, answer evaluation, tables and plots stay in the scripts.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-from datasets import Dataset
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, PrinterCallback
-from trl import GRPOConfig, GRPOTrainer
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from trl import GRPOTrainer
 
+from maxent_grpo.bench import held_out
+from maxent_grpo.bench.config_override import maxent_override
+from maxent_grpo.bench.cpu_trainer import TRAINERS, build_trainer, trainer_kind, training_fields
+from maxent_grpo.bench.entropy_grid_option import add_entropy_grid_argument
+from maxent_grpo.bench.step_recorder import StepRecorder
+from maxent_grpo.bench.trl_baselines import ARMS
 from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
-from maxent_grpo.trainer import MaxEntGRPOTrainer
 
-#: The compared methods, in the order runs are interleaved per seed: stock TRL GRPO, then MaxEnt listwise.
-METHODS = ("grpo", "maxent")
+__all__ = [
+    "METHODS",
+    "SCHEDULE_FIELDS",
+    "SinglePromptTask",
+    "StepRecorder",
+    "add_arm_arguments",
+    "add_run_arguments",
+    "check_arguments",
+    "selected_methods",
+]
+
+#: The two trainers a method key names, in the order `maxent-grpo demo` runs them
+#: (`maxent_grpo.bench.cpu_trainer.TRAINERS`).
+METHODS = TRAINERS
 
 #: The `MaxEntGRPOConfig` fields of the target's temperatures. The benchmarks leave them at the config defaults (tau
 #: annealed geometrically from 0.25 to 0.003 over the whole run, reward softmax at temperature 1 without smoothing)
@@ -41,15 +58,6 @@ SCHEDULE_FIELDS = (
 )
 
 
-#: Steps of the trailing moving average the benchmarks' reward curves are drawn with (and summarised over).
-SMOOTHING_WINDOW = 10
-
-
-def smooth(values: Sequence[float], window: int) -> list[float]:
-    """Trailing moving average over up to ``window`` values."""
-    return [statistics.fmean(values[max(0, i + 1 - window) : i + 1]) for i in range(len(values))]
-
-
 def add_run_arguments(parser: argparse.ArgumentParser, maxent_help: str) -> None:
     """The command-line options every single-prompt benchmark has: ``--steps``, ``--seeds`` and ``--maxent``."""
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps per run (one group each)")
@@ -59,43 +67,43 @@ def add_run_arguments(parser: argparse.ArgumentParser, maxent_help: str) -> None
     )
 
 
-def maxent_override(item: str) -> tuple[str, Any]:
-    """One ``--maxent FIELD=VALUE`` config override, as an argparse type.
+def add_arm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that pick the arms: ``--methods`` (default: all of `ARMS`) and ``--entropy-grid``."""
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=ARMS,
+        default=list(ARMS),
+        metavar="METHOD",
+        help=f"arms to run, of {', '.join(ARMS)} (default: all)",
+    )
+    add_entropy_grid_argument(parser)
 
-    VALUE is read as JSON when it parses (numbers, null), else as text.
+
+def selected_methods(methods: Sequence[str]) -> tuple[str, ...]:
+    """``methods`` in the order of `ARMS`, each once.
+
+    Raises:
+        ValueError: for a key not in `ARMS`, none at all, or ``grpo_entropy_fixed`` without ``grpo`` (stock GRPO's
+            reward is the reference of the coefficient's choice).
     """
-    name, sep, value = item.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {item!r}")
+    unknown = sorted(set(methods) - set(ARMS))
+    if unknown or not methods:
+        raise ValueError(f"methods must be a non-empty selection of {', '.join(ARMS)}, got {list(methods)}")
+    if "grpo_entropy_fixed" in methods and "grpo" not in methods:
+        raise ValueError("grpo_entropy_fixed needs grpo: its coefficient is chosen against stock GRPO's reward")
+    return tuple(m for m in ARMS if m in methods)
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Put ``args.methods`` in the order of `ARMS` (`selected_methods`) and refuse a count below 1 of ``--seeds``,
+    ``--steps`` or ``--samples``, through ``parser.error``."""
     try:
-        return name, json.loads(value)
-    except json.JSONDecodeError:
-        return name, value
-
-
-class StepRecorder:
-    """Reward function wrapper that records, for every scored group, the mean reward and each of ``group_metrics``.
-
-    ``group_metrics`` maps a name to a function of the group's completions; its values land in ``metrics[name]``.
-    """
-
-    def __init__(
-        self,
-        reward_func: Callable[..., list[float]],
-        group_metrics: Mapping[str, Callable[[list], float]] | None = None,
-    ) -> None:
-        self.reward_func = reward_func
-        self.__name__ = reward_func.__name__
-        self.group_metrics = dict(group_metrics or {})
-        self.rewards: list[float] = []
-        self.metrics: dict[str, list[float]] = {name: [] for name in self.group_metrics}
-
-    def __call__(self, completions: list, **kwargs: Any) -> list[float]:
-        rewards = self.reward_func(completions=completions, **kwargs)
-        self.rewards.append(statistics.fmean(rewards))
-        for name, metric in self.group_metrics.items():
-            self.metrics[name].append(metric(completions))
-        return rewards
+        args.methods = selected_methods(args.methods)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.seeds < 1 or args.steps < 1 or args.samples < 1:
+        parser.error("--seeds, --steps and --samples must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -144,13 +152,27 @@ class SinglePromptTask:
         output_dir: str,
         recorder: StepRecorder,
         reporting: Mapping[str, Any] | None = None,
+        trl_fields: Mapping[str, Any] | None = None,
     ) -> GRPOTrainer:
-        """A stock GRPO (``method="grpo"``) or MaxEnt listwise trainer from the seed's model initialisation.
+        """A stock TRL GRPO or MaxEnt listwise trainer (by `maxent_grpo.bench.cpu_trainer.trainer_kind` of
+        ``method``) from the seed's model.
 
-        ``maxent`` overrides fields of the MaxEnt config (on top of ``maxent_settings``); the GRPO run ignores it.
-        ``reporting`` overrides the quiet logging both methods run with by default (``report_to="none"``, one log at
-        the end), e.g. ``{"report_to": "trackio", "logging_steps": 1, "run_name": ...}``.
+        Args:
+            method: ``"maxent"``, ``"grpo"`` or a ``grpo_`` arm's key (a GRPO trainer with ``trl_fields``).
+            seed: the seed of the model's initialisation and of the run.
+            steps: optimizer steps (one group of ``num_generations`` completions each).
+            maxent: overrides of the MaxEnt config's fields (on top of ``maxent_settings``); a GRPO run ignores them.
+            output_dir: the trainer's output folder.
+            recorder: the reward function, which records every scored group.
+            reporting: overrides of the quiet logging both trainers run with by default (``report_to="none"``, one
+                log at the end), e.g. ``{"report_to": "trackio", "logging_steps": 1, "run_name": ...}``.
+            trl_fields: `GRPOConfig` fields the run adds to the task's settings, e.g. a TRL arm's
+                ``{"entropy_coef": 0.05}`` (see `maxent_grpo.bench.trl_baselines`).
+
+        Returns:
+            The trainer, not yet trained, with TRL's printing callback removed.
         """
+        kind = trainer_kind(method)
         tokenizer = build_tiny_tokenizer(self.alphabet)
         model = build_tiny_model(
             tokenizer,
@@ -159,68 +181,51 @@ class SinglePromptTask:
             num_layers=self.num_layers,
             max_completion_length=self.max_completion_length,
         )
-        fields: dict[str, Any] = {
-            "output_dir": output_dir,
-            "per_device_train_batch_size": self.num_generations,
-            "num_generations": self.num_generations,
-            "max_completion_length": self.max_completion_length,
-            "temperature": self.temperature,
-            "max_steps": steps,
-            "learning_rate": self.learning_rate,
-            "beta": self.beta,
-            "logging_steps": steps,
-            "save_strategy": "no",
-            "report_to": "none",
-            "use_cpu": True,
-            "seed": seed,
-            "dataloader_num_workers": 0,
-            "disable_tqdm": True,
-            **(reporting or {}),
-        }
-        dataset = Dataset.from_dict({"prompt": [self.prompt] * self.num_generations})
-        if method == "grpo":
-            trainer_class, args = GRPOTrainer, GRPOConfig(**fields)
-        else:
-            settings = {
-                "maxent_objective": "listwise",
-                "maxent_mode_key": self.mode_key,
-                **self.maxent_settings,
-                **maxent,
-            }
-            trainer_class, args = MaxEntGRPOTrainer, MaxEntGRPOConfig(**fields, **settings)
-        trainer = trainer_class(
-            model=model, reward_funcs=recorder, args=args, train_dataset=dataset, processing_class=tokenizer
+        fields = training_fields(
+            output_dir,
+            batch_size=self.num_generations,
+            num_generations=self.num_generations,
+            completion_length=self.max_completion_length,
+            temperature=self.temperature,
+            steps=steps,
+            learning_rate=self.learning_rate,
+            beta=self.beta,
+            seed=seed,
         )
-        trainer.remove_callback(PrinterCallback)
-        return trainer
+        fields |= {**(reporting or {}), **(trl_fields or {})}
+        if kind == "maxent":
+            fields |= {"maxent_objective": "listwise", "maxent_mode_key": self.mode_key, **self.maxent_settings}
+            fields |= maxent
+        return build_trainer(kind, model, tokenizer, recorder, fields, [self.prompt] * self.num_generations)
 
-    def train(
-        self, method: str, seed: int, steps: int, maxent: Mapping[str, Any], recorder: StepRecorder
-    ) -> GRPOTrainer:
-        """Build the trainer of `build_trainer` in a scratch output folder, train it and return it."""
-        with tempfile.TemporaryDirectory() as output_dir:
-            trainer = self.build_trainer(method, seed, steps, maxent, output_dir, recorder)
-            trainer.train()
-        return trainer
-
-    @torch.no_grad()
     def sample_answers(
         self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, num_samples: int, seed: int
     ) -> list[str]:
         """``num_samples`` completions of the prompt, sampled as in training; the global RNG is left untouched."""
-        model.eval()
-        prompt_ids = torch.tensor([tokenizer(self.prompt)["input_ids"]] * num_samples, device=model.device)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            output = model.generate(
-                input_ids=prompt_ids,
-                attention_mask=torch.ones_like(prompt_ids),
-                do_sample=True,
-                max_new_tokens=self.max_completion_length,
-                temperature=self.temperature,
-                top_k=0,
-                top_p=1.0,
-                pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=tokenizer.eos_token_id,
-            )
-        return tokenizer.batch_decode(output[:, prompt_ids.shape[1] :], skip_special_tokens=True)
+        (answers,) = held_out.sample(
+            model,
+            tokenizer,
+            [self.prompt],
+            num_samples,
+            seed,
+            max_new_tokens=self.max_completion_length,
+            temperature=self.temperature,
+        )
+        return answers
+
+    def train_and_sample(
+        self,
+        method: str,
+        seed: int,
+        steps: int,
+        maxent: Mapping[str, Any],
+        recorder: StepRecorder,
+        trl_fields: Mapping[str, Any],
+        num_samples: int,
+    ) -> list[str]:
+        """Train the trainer of `build_trainer` in a scratch output folder, then `sample_answers` of its model:
+        ``num_samples`` answers with the sampling seed ``1000 + seed``."""
+        with tempfile.TemporaryDirectory() as output_dir:
+            trainer = self.build_trainer(method, seed, steps, maxent, output_dir, recorder, trl_fields=trl_fields)
+            trainer.train()
+        return self.sample_answers(trainer.model, trainer.processing_class, num_samples, 1000 + seed)

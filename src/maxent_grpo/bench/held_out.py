@@ -1,0 +1,124 @@
+"""Held-out evaluation of a model: completions sampled as in training, and the exact probability of a correct one.
+
+After training, the held-out benchmarks sample ``n`` completions per held-out prompt (`sample`) and count the correct
+ones for the unbiased pass@k (`maxent_grpo.bench.pass_at_k`). Where a prompt's correct completions can be listed (a
+fixed derivation, finitely many answers), the model's probability ``p`` of a correct sample is also read off its
+logits (`correct_probabilities`: the sum over the correct completions of their probabilities, EOS included where the
+sampler must stop), which gives the model's own pass@k, ``1 - (1 - p) ** k``, free of sampling noise
+(`exact_pass_at_k`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["correct_probabilities", "exact_pass_at_k", "sample"]
+
+
+@torch.no_grad()
+def sample(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    n: int,
+    seed: int,
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    keep_special_tokens: bool = False,
+) -> list[list[str]]:
+    """``n`` completions per prompt, sampled at ``temperature`` (no top-k, no top-p) as in training.
+
+    Args:
+        model: the model, put in eval mode.
+        tokenizer: its tokenizer; every prompt must encode to the same number of tokens.
+        prompts: the prompts.
+        n: completions per prompt.
+        seed: the sampling seed; the global RNG is left untouched.
+        max_new_tokens: the most tokens of a completion (the EOS token included).
+        temperature: the sampling temperature (1: the model's own distribution).
+        keep_special_tokens: False: the text with special tokens skipped, as reward functions receive it. True: the
+            text up to the first EOS token, any other special token kept by name (``"<pad>"``), so that a grader
+            that compares whole strings accepts exactly the token sequences that spell a correct completion and
+            then stop (a completion that ran out of tokens before EOS keeps its full text).
+
+    Returns:
+        Per prompt, its ``n`` completions.
+    """
+    model.eval()
+    ids = torch.tensor([tokenizer(p)["input_ids"] for p in prompts], device=model.device).repeat_interleave(n, dim=0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        output = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=0,
+            top_p=1.0,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    completions = output[:, ids.shape[1] :]
+    if keep_special_tokens:
+        texts = []
+        for row in completions.tolist():
+            stop = row.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in row else len(row)
+            texts.append(tokenizer.decode(row[:stop], skip_special_tokens=False))
+    else:
+        texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+    return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+@torch.no_grad()
+def correct_probabilities(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    correct_completions: Callable[[str], Sequence[str]],
+    *,
+    append_eos: bool = False,
+) -> list[float]:
+    """Per prompt, the exact probability that one completion sampled at temperature 1 (`sample`'s default) is correct.
+
+    It is the sum over the prompt's correct completions of their probabilities, each the product of its tokens'
+    probabilities read off the logits: no sampling noise, unlike a count of correct samples.
+
+    Args:
+        model: the model, put in eval mode.
+        tokenizer: its tokenizer; every prompt and every correct completion must encode to one number of tokens each.
+        prompts: the prompts.
+        correct_completions: a prompt's correct completions (distinct, as texts).
+        append_eos: whether a correct sample must also stop there: the EOS token is appended to each completion, its
+            probability included (needed when a correct text followed by other tokens would be graded wrong).
+
+    Returns:
+        Per prompt, the probability of a correct completion.
+    """
+    model.eval()
+    eos = [tokenizer.eos_token_id] if append_eos else []
+    rows = [(i, prompt, text) for i, prompt in enumerate(prompts) for text in correct_completions(prompt)]
+    ids = torch.tensor([tokenizer(prompt + text)["input_ids"] + eos for _, prompt, text in rows])
+    length = ids.shape[1] - len(tokenizer(rows[0][1])["input_ids"])
+    logps = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float().log_softmax(-1)
+    completion_ids = ids[:, -length:].unsqueeze(-1)
+    completion_logps = logps[:, -length - 1 : -1].gather(-1, completion_ids).squeeze(-1).sum(-1)
+    totals = [0.0] * len(prompts)
+    for (i, _, _), logp in zip(rows, completion_logps.tolist(), strict=True):
+        totals[i] += math.exp(logp)
+    return totals
+
+
+def exact_pass_at_k(probabilities: Sequence[float], ks: Sequence[int]) -> dict[str, float]:
+    """Mean over prompts of the model's own pass@k, ``1 - (1 - p) ** k``, per k of ``ks`` (k as a string).
+
+    These are k samples drawn independently from the model, where the unbiased estimator draws them from n fixed
+    samples.
+    """
+    return {str(k): statistics.fmean(1 - (1 - p) ** k for p in probabilities) for k in ks}

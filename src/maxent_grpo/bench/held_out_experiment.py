@@ -1,0 +1,290 @@
+"""The flow of a held-out benchmark: per seed a base model and every method from it, evaluated on held-out prompts.
+
+`benchmarks/reasoning_boundary.py` and `benchmarks/multi_token_answers.py` differ in their task (prompts, reward,
+corpus, grading) and share the rest, which lives here. A script describes its task as a `HeldOutTask` and calls
+`run_methods`: per seed, the base model (`HeldOutTask.pretrain_base`), then every method of ``--methods`` in the order
+of `maxent_grpo.bench.entropy_grid.run_plan` trained from it (`maxent_grpo.bench.from_base.train_from_base`), each
+model evaluated on the held-out prompts (sampled pass@k and the task's figures, exact pass@k from the logits), a line
+printed per run. The fixed entropy arm's coefficient is chosen on its grid (`maxent_grpo.bench.entropy_grid.choose`),
+the figures summarised over seeds and MaxEnt paired with each other method (`maxent_grpo.bench.over_seeds`):
+`HeldOutRuns`. `held_out_result` is the benchmark's JSON, `write_outputs` writes it with the figure, and
+`run_benchmark` does all of it, the tables printed (`maxent_grpo.bench.held_out_report.print_tables`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
+
+from maxent_grpo.bench.cpu_trainer import trainer_kind
+from maxent_grpo.bench.entropy_grid import FIXED, arm_runs, choose, run_plan
+from maxent_grpo.bench.from_base import train_from_base
+from maxent_grpo.bench.held_out_methods import method_labels, method_settings
+from maxent_grpo.bench.held_out_plot import plot_pass_at_k
+from maxent_grpo.bench.held_out_report import Column, print_tables
+from maxent_grpo.bench.over_seeds import paired_differences, summarize_runs
+from maxent_grpo.bench.smoothing import SMOOTHING_WINDOW
+from maxent_grpo.bench.step_recorder import StepRecorder
+
+__all__ = ["HeldOutRuns", "HeldOutTask", "held_out_result", "run_benchmark", "run_methods", "write_outputs"]
+
+
+@dataclass(frozen=True)
+class HeldOutTask:
+    """What a held-out benchmark's task is: its model, prompts, reward and evaluation, and what it reports.
+
+    Attributes:
+        pretrain_base: the seed's base model, ``pretrain_base(tokenizer, seed)``.
+        reward: the RL reward function, ``reward(completions, prompts)``.
+        sample: ``sample(model, tokenizer, prompts, n, seed)``: ``n`` completions per prompt.
+        correct_probabilities: ``correct_probabilities(model, tokenizer, prompts)``: per prompt, the exact
+            probability of a correct completion.
+        exact_pass_at_k: the mean over prompts of ``1 - (1 - p) ** k`` per k, from those probabilities.
+        evaluate: ``evaluate(prompts, completions)``: the run's figures, with ``pass_at_k``, ``distinct_correct``
+            and ``correct_per_prompt``.
+        training_prompts: the prompts of the RL runs.
+        ks: the k of pass@k.
+        num_generations: completions per prompt and step.
+        completion_length: the most tokens of a completion.
+        learning_rate: the RL runs' initial learning rate.
+        model: the model's settings, as the JSON records them.
+        pretrain: the base model's supervised run, as the JSON records it.
+        figures: the run figures besides pass@k that MaxEnt is paired with each method on.
+        summary_keys: the run figures summarised over seeds, in the JSON's order.
+        grid_figures: the figures the entropy grid's report gives per coefficient, besides its choice's.
+        progress: the figures of a run's printed line after its pass@k: (words, figure key, format).
+        name_width: the width of the method's name in that line.
+        intro: the line above the first table, with ``{prompts}`` (the number of held-out prompts) and ``{samples}``.
+        columns: the table columns after the sampled pass@k (`maxent_grpo.bench.held_out_report.print_tables`).
+        minus: the columns of the MaxEnt-minus table: header, figure key, k (None for a number).
+        title: the figure's title, with ``{training}`` and ``{heldout}`` (the numbers of prompts).
+        recorded: task settings the JSON records after ``learning_rate``.
+    """
+
+    pretrain_base: Callable[[PreTrainedTokenizerBase, int], PreTrainedModel]
+    reward: Callable[..., list[float]]
+    sample: Callable[[PreTrainedModel, PreTrainedTokenizerBase, Sequence[str], int, int], list[list[str]]]
+    correct_probabilities: Callable[[PreTrainedModel, PreTrainedTokenizerBase, Sequence[str]], list[float]]
+    exact_pass_at_k: Callable[[Sequence[float]], dict[str, float]]
+    evaluate: Callable[[Sequence[str], Sequence[Sequence[str]]], dict[str, Any]]
+    training_prompts: tuple[str, ...]
+    ks: tuple[int, ...]
+    num_generations: int
+    completion_length: int
+    learning_rate: float
+    model: Mapping[str, Any]
+    pretrain: Mapping[str, Any]
+    figures: tuple[str, ...]
+    summary_keys: tuple[str, ...]
+    grid_figures: tuple[str, ...]
+    progress: tuple[tuple[str, str, str], ...]
+    name_width: int
+    intro: str
+    columns: tuple[Column, ...]
+    minus: tuple[tuple[str, str, int | None], ...]
+    title: str
+    recorded: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HeldOutRuns:
+    """What `run_methods` trained and how it reads.
+
+    Attributes:
+        runs: every run of the base model and of each method, per seed in run order (the fixed entropy arm's those
+            of the chosen coefficient), each ``method``, ``seed``, ``seconds`` (and ``entropy_coef``) and figures.
+        grid: the entropy grid's report (`maxent_grpo.bench.entropy_grid.choose`), None without the fixed arm.
+        curves: per method, the training reward per step of each seed's run.
+        labels: per method, its label (`maxent_grpo.bench.held_out_methods.method_labels`).
+        summary: per method (the base model first), its figures over seeds.
+        comparisons: MaxEnt minus each other method, per figure and method, paired by seed (empty without MaxEnt).
+    """
+
+    runs: list[dict[str, Any]]
+    grid: dict[str, Any] | None
+    curves: dict[str, list[list[float]]]
+    labels: dict[str, str]
+    summary: dict[str, Any]
+    comparisons: dict[str, Any]
+
+    @property
+    def chosen(self) -> float | None:
+        """The fixed entropy arm's coefficient, None when it did not run."""
+        return None if self.grid is None else self.grid["chosen"]
+
+
+def _progress_line(task: HeldOutTask, seed: int, name: str, seconds: float, figures: Mapping[str, Any]) -> str:
+    cells = " ".join(f"{v:.3f}" for v in figures["pass_at_k"].values())
+    words = "".join(f"{text} {figures[key]:{spec}}, " for text, key, spec in task.progress)
+    unsolved = [prompt for prompt, c in figures["correct_per_prompt"].items() if c == 0]
+    return (
+        f"seed {seed} {name:<{task.name_width}} {seconds:6.1f}s: held-out pass@{','.join(map(str, task.ks))} {cells}, "
+        f"{words}unsolved {unsolved or 'none'}, exact pass@{max(task.ks)} "
+        f"{figures['exact_pass_at_k'][str(max(task.ks))]:.3f}"
+    )
+
+
+def run_methods(
+    task: HeldOutTask, args: argparse.Namespace, tokenizer: PreTrainedTokenizerBase, heldout: Sequence[str]
+) -> HeldOutRuns:
+    """Train and evaluate the base model and every method of ``args.methods`` on every seed, printing a line a run.
+
+    Args:
+        task: the task.
+        args: the parsed command line (`maxent_grpo.bench.held_out_options`).
+        tokenizer: the task's tokenizer.
+        heldout: the held-out prompts.
+
+    Returns:
+        The runs, the grid, the curves, and the figures over seeds.
+    """
+    runs: list[dict[str, Any]] = []
+    grid_runs: list[dict[str, Any]] = []
+    curves: dict[tuple[str, float | None], list[list[float]]] = {}
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        for method, coefficient in [("base", None), *run_plan(args.methods, args.entropy_grid)]:
+            run_start = time.perf_counter()
+            record: dict[str, Any] = {"method": method, "seed": seed}
+            if method == "base":
+                model = base = task.pretrain_base(tokenizer, seed)
+            else:
+                recorder = StepRecorder(task.reward)
+                model = train_from_base(
+                    base,
+                    tokenizer,
+                    trainer_kind(method),
+                    method_settings(method, coefficient, args.maxent),
+                    prompts=task.training_prompts,
+                    reward=recorder,
+                    seed=seed,
+                    steps=args.steps,
+                    prompts_per_step=args.prompts_per_step,
+                    num_generations=task.num_generations,
+                    completion_length=task.completion_length,
+                    learning_rate=task.learning_rate,
+                )
+                curves.setdefault((method, coefficient), []).append(recorder.rewards)
+                if coefficient is not None:
+                    record["entropy_coef"] = coefficient
+            figures = task.evaluate(heldout, task.sample(model, tokenizer, heldout, args.samples, 1000 + seed))
+            probabilities = task.correct_probabilities(model, tokenizer, heldout)
+            figures["exact_pass_at_k"] = task.exact_pass_at_k(probabilities)
+            figures["correct_probability_per_prompt"] = dict(zip(heldout, probabilities, strict=True))
+            if method != "base":
+                figures["final_training_reward"] = statistics.fmean(recorder.rewards[-SMOOTHING_WINDOW:])
+            seconds = time.perf_counter() - run_start
+            record = {**record, "seconds": round(seconds, 1), **figures}
+            (runs if coefficient is None else grid_runs).append(record)
+            name = method if coefficient is None else f"{method}={coefficient:g}"
+            print(_progress_line(task, seed, name, seconds, figures), flush=True)
+
+    grid = None
+    if FIXED in args.methods:
+        grpo_runs = [r for r in runs if r["method"] == "grpo"]
+        grid = choose(grid_runs, grpo_runs, args.entropy_grid, task.grid_figures)
+        runs = arm_runs(runs, grid_runs, grid["chosen"], ["base", *args.methods])
+        curves[(FIXED, None)] = curves[(FIXED, grid["chosen"])]
+    labels = method_labels(args.maxent, None if grid is None else grid["chosen"], len(args.entropy_grid))
+    methods = ["base", *args.methods]
+    summary = {m: summarize_runs([r for r in runs if r["method"] == m], task.summary_keys) for m in methods}
+    comparisons: dict[str, Any] = {}
+    if "maxent" in args.methods:
+        keys = ("pass_at_k", "exact_pass_at_k", *task.figures)
+        comparisons = {key: paired_differences(runs, "maxent", key) for key in keys}
+    method_curves = {m: curves[(m, None)] for m in args.methods}
+    return HeldOutRuns(runs, grid, method_curves, labels, summary, comparisons)
+
+
+def held_out_result(
+    task: HeldOutTask, args: argparse.Namespace, heldout: Sequence[str], outcome: HeldOutRuns, started: float
+) -> dict[str, Any]:
+    """The benchmark's JSON: settings, summary, MaxEnt's paired differences, the grid, every run, mean reward curves
+    and the seconds since ``started`` (a `time.perf_counter` value)."""
+    return {
+        "settings": {
+            "seeds": args.seeds,
+            "first_seed": args.first_seed,
+            "steps": args.steps,
+            "prompts_per_step": args.prompts_per_step,
+            "num_generations": task.num_generations,
+            "learning_rate": task.learning_rate,
+            **task.recorded,
+            "samples": args.samples,
+            "training_prompts": len(task.training_prompts),
+            "heldout_prompts": list(heldout),
+            "model": dict(task.model),
+            "pretrain": dict(task.pretrain),
+            "methods": {m: method_settings(m, outcome.chosen, []) for m in args.methods},
+            "maxent_overrides": dict(args.maxent),
+            "entropy_grid": list(args.entropy_grid),
+        },
+        "summary": outcome.summary,
+        "maxent_minus": outcome.comparisons,
+        "entropy_grid": outcome.grid,
+        "runs": outcome.runs,
+        "reward_curves_mean_over_seeds": {
+            m: [round(statistics.fmean(v), 4) for v in zip(*outcome.curves[m], strict=True)] for m in args.methods
+        },
+        "total_seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def write_outputs(
+    name: str, result: Mapping[str, Any], outcome: HeldOutRuns, output_dir: Path, ks: Sequence[int], title: str
+) -> None:
+    """Write ``<name>.json`` and ``<name>.png`` (`maxent_grpo.bench.held_out_plot.plot_pass_at_k`, titled ``title``)
+    into ``output_dir`` and say so."""
+    path = output_dir / f"{name}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    plot_pass_at_k(outcome.summary, outcome.curves, outcome.labels, output_dir / f"{name}.png", ks=ks, title=title)
+    print(f"total {result['total_seconds']:.0f}s; wrote {path} and the PNG")
+
+
+def run_benchmark(
+    name: str,
+    task: HeldOutTask,
+    args: argparse.Namespace,
+    tokenizer: PreTrainedTokenizerBase,
+    heldout: Sequence[str],
+) -> dict[str, Any]:
+    """Run a held-out benchmark: `run_methods`, print the tables, write ``<name>.json`` and ``<name>.png`` into
+    ``args.output_dir`` (`write_outputs`).
+
+    Args:
+        name: the benchmark's name, that of its files.
+        task: the task.
+        args: the parsed command line (`maxent_grpo.bench.held_out_options.parse_held_out_args`).
+        tokenizer: the task's tokenizer.
+        heldout: the held-out prompts.
+
+    Returns:
+        The JSON's content (`held_out_result`).
+    """
+    hf_logging.set_verbosity_error()
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    outcome = run_methods(task, args, tokenizer, heldout)
+    print_tables(
+        outcome.summary,
+        outcome.grid,
+        outcome.comparisons,
+        outcome.labels,
+        ks=task.ks,
+        seeds=args.seeds,
+        intro=task.intro.format(prompts=len(heldout), samples=args.samples),
+        figures=task.columns,
+        minus=task.minus,
+    )
+    result = held_out_result(task, args, heldout, outcome, started)
+    title = task.title.format(training=len(task.training_prompts), heldout=len(heldout))
+    write_outputs(name, result, outcome, args.output_dir, task.ks, title)
+    return result
