@@ -54,7 +54,7 @@ most, and once every completion of a group is correct its advantages vanish: it 
 reward >= 0.99 and entropy >= 0.99 on every seed). Of TRL's options, the adaptive bonus stays at 0.628 and
 ``top_entropy_quantile`` collapses further (0.036); a fixed bonus tuned on the grid (0.1: 0.991 / 0.976; 0.05: 0.993
 / 0.950) comes level with MaxEnt at the end, later in the run. With a fixed tau of 0.25 and 4-token completions or
-hidden size 32, MaxEnt's final reward is lower (about 0.93-0.96). Takes about 5 minutes on 2 CPU cores with the
+hidden size 32, MaxEnt's final reward is lower (about 0.93-0.96). Takes about 4 minutes on 2 CPU cores with the
 defaults (24 runs of 300 steps, at 6-30 s each with start-up and sampling: 3 seeds x (stock GRPO + 4 grid
 coefficients) in the grid phase, 3 x 3 arms in the main phase).
 """

@@ -29,8 +29,9 @@ training reward is within 0.01 of GRPO's, on the same seeds, the whole grid repo
 ``maxent_mode_key="last_line"`` set, plus any ``--maxent FIELD=VALUE`` override). Runs are interleaved per seed in one
 process so machine drift hits all; eleven seeds by default, MaxEnt's difference to each other method taken seed by seed
 (paired: the runs of a seed share its base model), every figure with its 95% t interval over seeds
-(`maxent_grpo.bench.over_seeds`). The fresh-seed check, ``--first-seed 11 --entropy-grid C`` with C the coefficient
-chosen on seeds 0 to 10, runs every setting on seeds that none was chosen on.
+(`maxent_grpo.bench.over_seeds`). A fresh-seed check runs on seeds no setting was chosen on: ``--first-seed 40
+--seeds 8`` with ``--entropy-grid C`` (C the coefficient chosen on seeds 0 to 10), or with the whole grid chosen again
+on those seeds (the committed check, ``benchmarks/results/multi_token_answers_fresh``; it favours the fixed bonus).
 
 After training, ``--samples`` (n) completions per held-out prompt are sampled from every model and graded on their
 tokens (a completion must stop with EOS after the answer); with c of them correct, pass@k = 1 - C(n - c, k) / C(n, k)

@@ -40,8 +40,8 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 #: The test files that use the session's server (`_session_server`). Under pytest-xdist (`.ci/run` runs this tier
 #: with ``-n 2 --dist loadfile``) one worker runs them all, so the server starts once (`pytest_xdist_make_scheduler`);
-#: every other file runs on one worker, so a module's engine or launch is built once too. Collection fails when this
-#: list and the files that use the server differ.
+#: every other file runs on one worker, so a module's engine or launch is built once too. Collection fails when a file
+#: uses the server and is not listed here (listed files may also hold tests that do not use it).
 SHARED_SERVER_FILES = frozenset(
     {
         "test_async_generation.py",
@@ -60,14 +60,12 @@ SHARED_SERVER_FILES = frozenset(
 @pytest.hookimpl(tryfirst=True)  # before `-m` selection, so `pytest -m vllm` finds them
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip = pytest.mark.skip(reason="vllm is not installed: the vllm tier runs in the environment .ci/run builds")
-    ours = [item for item in items if HERE in Path(str(item.fspath)).resolve().parents]
+    ours = [item for item in items if HERE in item.path.resolve().parents]
     using = {item.path.name for item in ours if "_session_server" in getattr(item, "fixturenames", ())}
-    collected = {item.path.name for item in ours}
-    if using != SHARED_SERVER_FILES & collected:
+    if using - SHARED_SERVER_FILES:
         raise pytest.UsageError(
-            "tests/vllm/conftest.py: SHARED_SERVER_FILES must name exactly the files that use the shared server: "
-            f"missing {sorted(using - SHARED_SERVER_FILES)}, "
-            f"not using it {sorted((SHARED_SERVER_FILES & collected) - using)}"
+            "tests/vllm/conftest.py: SHARED_SERVER_FILES must name every file that uses the shared server; "
+            f"missing {sorted(using - SHARED_SERVER_FILES)}"
         )
     for item in ours:
         item.add_marker(pytest.mark.vllm)
@@ -75,6 +73,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown, and never called, without xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """With ``--dist loadfile``: xdist's file scheduling, with the files of `SHARED_SERVER_FILES` as one file."""
     if config.getvalue("dist") != "loadfile":
@@ -82,6 +81,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     from xdist.scheduler import LoadFileScheduling
 
     class SharedServerFilesTogether(LoadFileScheduling):
+        """xdist's `LoadFileScheduling` whose scope of a test in a file of `SHARED_SERVER_FILES` is one name."""
+
         def _split_scope(self, nodeid: str) -> str:
             scope = super()._split_scope(nodeid)
             return "shared vLLM server" if Path(scope).name in SHARED_SERVER_FILES else scope
@@ -129,7 +130,9 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def _pool_server(request: pytest.FixtureRequest, vllm_model_dir: Path) -> Iterator[SharedVLLMServer | None]:
     """The second server of the pool tests (`tests/vllm/test_server_pool.py`, which wait for it to be ready),
-    launched just before the session's server so that the two start side by side; None when no pool test runs."""
+    launched just before the session's server so that the two start side by side; None when no pool test was
+    collected. Under pytest-xdist a worker collects every test, so each worker that starts the session's server
+    launches one; with ``--dist loadfile`` that is the one worker that runs the pool tests (`SHARED_SERVER_FILES`)."""
     if not any(item.path.name == "test_server_pool.py" for item in request.session.items):
         yield None
         return

@@ -106,14 +106,19 @@ def wait_ready(server: subprocess.Popen[bytes], log: Path, timeout: float) -> st
 
 
 def launch_nodes(
-    nodes: tuple[Host, Host], folder: Path, model_dir: Path, base_url: str, env: dict[str, str], progress: Progress
-) -> list[subprocess.Popen[bytes]]:
+    nodes: tuple[Host, Host],
+    folder: Path,
+    model_dir: Path,
+    base_url: str,
+    env: dict[str, str],
+    progress: Progress,
+    processes: list[subprocess.Popen[bytes]],
+) -> None:
     """One ``accelerate launch`` per node with the multi-node config, both at once, writing under ``folder`` (their
-    output in ``node<rank>.log`` there). The trainers wait for the server (TRL's client and the backend do), so the
-    nodes may start while it still starts."""
+    output in ``node<rank>.log`` there), each appended to ``processes`` as it starts (the caller ends them all). The
+    trainers wait for the server (TRL's client and the backend do), so the nodes may start while it still starts."""
     accelerate = executable("accelerate")
     folder.mkdir()
-    processes = []
     for rank, node in enumerate(nodes):
         argv = [
             accelerate, "launch", "--config_file", str(CONFIG), "--machine_rank", str(rank),
@@ -123,11 +128,11 @@ def launch_nodes(
         node_env = {**env, "GLOO_SOCKET_IFNAME": node.interface}  # gloo's one interface on that host
         processes.append(start(node, argv, node_env, folder / f"node{rank}.log"))
     progress(f"launched node 0 on {nodes[0].address} and node 1 on {nodes[1].address}")
-    return processes
 
 
 def wait_nodes(processes: list[subprocess.Popen[bytes]], folder: Path, progress: Progress) -> list[Launch]:
-    """Each node's outcome: its exit code and output, once it exits (killed after `LAUNCH_TIMEOUT` s)."""
+    """Each node's outcome: its exit code and output, once it exits (killed if it still runs `LAUNCH_TIMEOUT` s after
+    this call, which comes once the server is ready)."""
     deadline = time.monotonic() + LAUNCH_TIMEOUT
     launches = []
     for rank, process in enumerate(processes):
@@ -138,7 +143,7 @@ def wait_nodes(processes: list[subprocess.Popen[bytes]], folder: Path, progress:
         end(process)
         output = (folder / f"node{rank}.log").read_text(errors="replace")
         if returncode is None:
-            output += f"\nkilled after {LAUNCH_TIMEOUT} s"
+            output += f"\nkilled {LAUNCH_TIMEOUT} s after the server was ready"
         kept = [line for line in output.splitlines() if not any(noise in line for noise in NOISE)]
         launches.append(Launch(returncode, "", "\n".join(kept)))
         progress(f"node {rank} exited with {returncode}")
@@ -167,7 +172,7 @@ def test_two_nodes_train_against_a_server_on_a_third_host_over_the_network(
     server = start(generation, serve, env, server_log)
     nodes: list[subprocess.Popen[bytes]] = []
     try:  # the nodes start beside the server, as on a cluster whose jobs start together
-        nodes = launch_nodes((node0, node1), shared / "runs", vllm_model_dir, base_url, node_env, progress)
+        launch_nodes((node0, node1), shared / "runs", vllm_model_dir, base_url, node_env, progress, nodes)
         ready = wait_ready(server, server_log, SERVER_TIMEOUT + 30)
         progress(ready)
         assert ready.startswith(f"{READY_LINE} {base_url}: ") and "vllm_server_api_key=<the key>" in ready
