@@ -15,7 +15,7 @@ from typing import Any
 
 from maxent_grpo.bench.entropy_grid import fixed_label
 from maxent_grpo.bench.single_prompt import selected_methods
-from maxent_grpo.bench.trl_baselines import REWARD_TOLERANCE, arm_fields, choose_fixed_coefficient
+from maxent_grpo.bench.trl_baselines import REWARD_TOLERANCE, admissible, arm_fields, choose_fixed_coefficient
 
 __all__ = ["ArmRuns", "Run", "RunOutput", "run_arms", "selection_rule"]
 
@@ -175,7 +175,7 @@ def run_arms(
             c: {
                 reward: means[reward][c],
                 diversity: means[diversity][c],
-                "admissible": means[reward][c] >= grpo_reward - REWARD_TOLERANCE,
+                "admissible": admissible(means[reward][c], grpo_reward),
             }
             for c in grid
         }

@@ -92,6 +92,12 @@ def arm_fields(method: str, fixed_coefficient: float | None = None) -> dict[str,
     return trl_methods(FIXED_ENTROPY_GRID[0])[method]  # the other TRL arms do not depend on the coefficient
 
 
+def admissible(reward: float, grpo_reward: float, tolerance: float = REWARD_TOLERANCE) -> bool:
+    """Whether a coefficient whose mean reward is ``reward`` may be chosen: at most ``tolerance`` below stock GRPO's
+    (``grpo_reward``), the rule of `choose_fixed_coefficient`."""
+    return reward >= grpo_reward - tolerance
+
+
 def choose_fixed_coefficient(
     diversity: Mapping[float, float],
     reward: Mapping[float, float],
@@ -110,7 +116,7 @@ def choose_fixed_coefficient(
         raise ValueError(f"diversity and reward must name the same non-empty grid, got {sorted(diversity)} and "
                          f"{sorted(reward)}")  # fmt: skip
     grid = sorted(diversity)
-    admissible = [c for c in grid if reward[c] >= grpo_reward - tolerance]
-    if not admissible:
+    candidates = [c for c in grid if admissible(reward[c], grpo_reward, tolerance)]
+    if not candidates:
         return max(grid, key=lambda c: (reward[c], -c))
-    return max(admissible, key=lambda c: (diversity[c], -c))
+    return max(candidates, key=lambda c: (diversity[c], -c))
