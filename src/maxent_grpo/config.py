@@ -252,12 +252,37 @@ class MaxEntGRPOConfig(GRPOConfig):
             "help": "How the listwise mode form estimates how likely the sampling policy makes each answer of a group "
             "(needs maxent_mode_key). 'count': its share of the group, so every sampled mode is weighted by its "
             "target alone. 'policy': the policy's probability of the mode's distinct sampled completions, and "
-            "modes the group over-represents (a nearly lost answer that turned up) get proportionally more weight "
-            "(importance correction); this keeps rare correct answers alive. It pulls rare wrong answers up too "
-            "while tau gives them weight, so anneal tau to near 0 (maxent_tau_final). Exact when each answer is one "
-            "short completion; for long reasoning completions (many paths per answer) keep 'count'. Costs one "
-            "forward pass per training rollout batch unless TRL computed old_per_token_logps (noisy with dropout "
-            "on: set disable_dropout)."
+            "modes the group over-represents (a nearly lost answer that turned up) get proportionally more weight, "
+            "at most maxent_mode_correction_clip times more (importance correction); this keeps rare correct "
+            "answers alive. It pulls rare wrong answers up too while tau gives them weight, so anneal tau to near 0 "
+            "(maxent_tau_final). Exact when each answer is one short completion; when an answer is reached along "
+            "many completions the estimate is low and the clip bounds the error. Costs one forward pass per "
+            "training rollout batch unless TRL computed old_per_token_logps (noisy with dropout on: set "
+            "disable_dropout)."
+        },
+    )
+    maxent_mode_correction_clip: float | None = field(
+        default=None,
+        metadata={
+            "help": "With maxent_mode_probability='policy': the largest factor (>= 1) by which the importance "
+            "correction may raise a mode's weight. None: num_generations (a mode sampled once counts as at least "
+            "1 / num_generations**2 likely)."
+        },
+    )
+    maxent_pass_at_k: int = field(
+        default=1,
+        metadata={
+            "help": "Weigh each group's listwise advantages by how much pass@k gains from its prompt: "
+            "C(n-c, k-1) / C(n-1, k-1) for c of n candidates at the group's best reward (PKPO, arXiv 2505.15201; "
+            "Pass@k Training, 2508.10751), renormalised to mean 1 over the groups with a reward spread; for 0/1 "
+            "rewards. 1 (in [1, num_generations]): pass@1, the advantages unchanged."
+        },
+    )
+    maxent_positive_scale: float = field(
+        default=1.0,
+        metadata={
+            "help": "Multiply the positive listwise advantages by this (> 0); below 1 the update leans on pushing "
+            "the below-target candidates down (weighted REINFORCE, arXiv 2506.01347). 1: unchanged."
         },
     )
     maxent_mode_coverage_threshold: float = field(
@@ -449,6 +474,12 @@ class MaxEntGRPOConfig(GRPOConfig):
                     self.maxent_tau_final,
                     "None when maxent_target_weight_entropy is set (the tau controller and the anneal both set tau)",
                 )
+        if self.maxent_pass_at_k > self.num_generations:
+            _fail(
+                "maxent_pass_at_k",
+                self.maxent_pass_at_k,
+                f"an integer in [1, num_generations] = [1, {self.num_generations}] (k samples of one group)",
+            )
         if self.maxent_mode_probability == "policy" and self.maxent_mode_key is None:
             _fail(
                 "maxent_mode_probability",

@@ -9,6 +9,7 @@ builds either without TRL's printing callback.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from typing import Any
 
 from datasets import Dataset
@@ -17,6 +18,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.trainer import MaxEntGRPOTrainer
+from maxent_grpo.training.reference_model import built_in_process, reference_from_policy
 
 __all__ = ["TRAINERS", "build_trainer", "trainer_kind", "training_fields"]
 
@@ -114,12 +116,15 @@ def build_trainer(
     config_class, trainer_class = (
         (GRPOConfig, GRPOTrainer) if kind == "grpo" else (MaxEntGRPOConfig, MaxEntGRPOTrainer)
     )
-    trainer = trainer_class(
-        model=model,
-        reward_funcs=reward,
-        args=config_class(**fields),
-        train_dataset=Dataset.from_dict({"prompt": prompts}),
-        processing_class=tokenizer,
-    )
+    # Stock TRL builds the reference model of ``beta > 0`` only by name, which a model built in-process has not.
+    reference = reference_from_policy(model) if kind == "grpo" and built_in_process(model) else nullcontext()
+    with reference:
+        trainer = trainer_class(
+            model=model,
+            reward_funcs=reward,
+            args=config_class(**fields),
+            train_dataset=Dataset.from_dict({"prompt": prompts}),
+            processing_class=tokenizer,
+        )
     trainer.remove_callback(PrinterCallback)
     return trainer

@@ -1,9 +1,9 @@
 """The methods of the held-out benchmarks: the base model, TRL's arms and MaxEnt, their labels and config fields.
 
 `benchmarks/reasoning_boundary.py` and `benchmarks/multi_token_answers.py` train every arm of
-`maxent_grpo.bench.trl_baselines.ARMS` (`METHODS`) from the seed's supervised base model (``"base"``, reported beside
-them): the TRL arms with their `GRPOConfig` fields, MaxEnt listwise with `MAXENT` and the ``--maxent`` overrides
-(`method_settings`), each under its label (`method_labels`).
+`maxent_grpo.bench.trl_baselines.ARMS` (`DEFAULT_METHODS`; `METHODS` adds the opt-in comparator ``grpo_kl``) from the
+seed's supervised base model (``"base"``, reported beside them): the TRL arms with their `GRPOConfig` fields, MaxEnt
+listwise with `MAXENT` and the ``--maxent`` overrides (`method_settings`), each under its label (`method_labels`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,16 @@ from typing import Any
 
 from maxent_grpo.bench.cpu_trainer import trainer_kind
 from maxent_grpo.bench.entropy_grid import FIXED, fixed_label
-from maxent_grpo.bench.trl_baselines import ARMS, TRL_LABELS, arm_fields
+from maxent_grpo.bench.trl_baselines import ARMS, OPT_IN_ARMS, TRL_LABELS, arm_fields
 
-__all__ = ["LABELS", "MAXENT", "METHODS", "method_labels", "method_settings"]
+__all__ = ["DEFAULT_METHODS", "LABELS", "MAXENT", "METHODS", "method_labels", "method_settings"]
 
-#: Every RL method, in the order runs are interleaved per seed (after the base model): the TRL arms, then MaxEnt.
-METHODS = ARMS
+#: The RL methods a run trains unless ``--methods`` says otherwise: the TRL arms, then MaxEnt.
+DEFAULT_METHODS = ARMS
+
+#: Every RL method, in the order runs are interleaved per seed (after the base model): the TRL arms (the opt-in ones
+#: after the default ones), then MaxEnt.
+METHODS = (*ARMS[:-1], *OPT_IN_ARMS, ARMS[-1])
 
 #: The MaxEnt arm's fields (config defaults otherwise; ``--maxent`` adds to them).
 MAXENT = {"maxent_objective": "listwise", "maxent_mode_key": "last_line"}

@@ -9,7 +9,7 @@ from pathlib import Path
 from maxent_grpo.bench.config_override import maxent_override
 from maxent_grpo.bench.entropy_grid import check_entropy_grid
 from maxent_grpo.bench.entropy_grid_option import add_entropy_grid_argument
-from maxent_grpo.bench.held_out_methods import METHODS
+from maxent_grpo.bench.held_out_methods import DEFAULT_METHODS, METHODS
 from maxent_grpo.bench.output import add_output_arguments
 
 __all__ = ["add_held_out_arguments", "check_held_out_arguments", "parse_held_out_args"]
@@ -43,7 +43,12 @@ def add_held_out_arguments(
         help=f"MaxEntGRPOConfig override of the MaxEnt run (repeatable), e.g. {maxent_example}",
     )
     parser.add_argument(
-        "--methods", nargs="+", choices=list(METHODS), default=list(METHODS), help="RL methods to run (default: all)"
+        "--methods",
+        nargs="+",
+        choices=list(METHODS),
+        default=list(DEFAULT_METHODS),
+        help=f"RL methods to run (default: {' '.join(DEFAULT_METHODS)}; grpo_kl, GRPO with TRL's KL to the base, only "
+        "when named)",
     )
     add_entropy_grid_argument(
         parser,

@@ -13,6 +13,11 @@ benchmark runs the arms named here, under method keys that start with ``grpo_`` 
 
 The benchmark's own MaxEnt arm (``maxent``) comes last: `ARMS` lists every arm in the order runs are interleaved per
 seed, and `arm_fields` gives the `GRPOConfig` fields each adds to the benchmark's settings.
+
+One more TRL arm runs only when a held-out benchmark asks for it (``--methods ... grpo_kl``): ``grpo_kl``, GRPO with
+TRL's KL penalty to the reference model (`KL_ANCHOR`). It is no answer to collapse but the comparator of a MaxEnt run
+that anchors to its base the same way (``--maxent beta=0.3``): without it, what the KL does would pass for what MaxEnt
+does.
 """
 
 from __future__ import annotations
@@ -39,12 +44,17 @@ ADAPTIVE_ENTROPY: dict[str, Any] = {
 #: TRL's top-entropy token selection, the policy loss on the 20% of completion tokens with the highest entropy.
 TOP_ENTROPY: dict[str, Any] = {"top_entropy_quantile": 0.2}
 
+#: TRL's KL penalty to the reference model (the base a run starts from), at the strongest anchor the MaxEnt objective
+#: search tried (`benchmarks/multi_token_answers.py`); the ``grpo_kl`` arm.
+KL_ANCHOR: dict[str, Any] = {"beta": 0.3}
+
 #: Labels of the TRL arms for tables and plots.
 TRL_LABELS: dict[str, str] = {
     "grpo": "GRPO (stock TRL)",
     "grpo_entropy_fixed": "GRPO + entropy_coef (fixed, best of grid)",
     "grpo_entropy": "GRPO + adaptive entropy_coef",
     "grpo_top_entropy": "GRPO + top_entropy_quantile=0.2",
+    "grpo_kl": "GRPO + beta=0.3 (KL to the base)",
 }
 
 
@@ -70,21 +80,27 @@ def trl_methods(fixed_coefficient: float) -> dict[str, dict[str, Any]]:
 #: then MaxEnt listwise.
 ARMS: tuple[str, ...] = ("grpo", "grpo_entropy_fixed", "grpo_entropy", "grpo_top_entropy", "maxent")
 
+#: The arms a held-out benchmark runs only when ``--methods`` names them.
+OPT_IN_ARMS: tuple[str, ...] = ("grpo_kl",)
+
 
 def arm_fields(method: str, fixed_coefficient: float | None = None) -> dict[str, Any]:
-    """The `GRPOConfig` fields an arm of `ARMS` adds to the benchmark's settings (none for ``grpo`` and ``maxent``).
+    """The `GRPOConfig` fields an arm of `ARMS` or `OPT_IN_ARMS` adds to the benchmark's settings (none for ``grpo``
+    and ``maxent``).
 
     Args:
         method: the arm's key.
         fixed_coefficient: the ``entropy_coef`` of ``grpo_entropy_fixed``, required for it and ignored by the others.
 
     Raises:
-        ValueError: for a key not in `ARMS`, or ``grpo_entropy_fixed`` without a ``fixed_coefficient`` > 0.
+        ValueError: for a key in neither, or ``grpo_entropy_fixed`` without a ``fixed_coefficient`` > 0.
     """
-    if method not in ARMS:
-        raise ValueError(f"unknown arm {method!r}: expected one of {', '.join(ARMS)}")
+    if method not in ARMS + OPT_IN_ARMS:
+        raise ValueError(f"unknown arm {method!r}: expected one of {', '.join(ARMS + OPT_IN_ARMS)}")
     if method == "maxent":
         return {}
+    if method == "grpo_kl":
+        return dict(KL_ANCHOR)
     if method == "grpo_entropy_fixed":
         if fixed_coefficient is None:
             raise ValueError("grpo_entropy_fixed needs its fixed coefficient (entropy_coef)")

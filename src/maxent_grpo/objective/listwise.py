@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerBase
 
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.config import MaxEntGRPOConfig
+from maxent_grpo.objective.advantage_shaping import pass_at_k_group_weights, scale_positive
 from maxent_grpo.objective.controllers import BetaController, TauController, annealed_tau
 from maxent_grpo.objective.mode_keys import ModeKey, answer_keys, assign_mode_ids, mode_coverage, resolve_mode_key
 from maxent_grpo.objective.mode_probability import mode_log_probs
@@ -88,6 +89,9 @@ class ListwiseObjective:
         tau_final: float | None = None,
         anneal_fraction: float = 1.0,
         mode_probability: str = "count",
+        correction_clip: float = math.inf,
+        pass_at_k: int = 1,
+        positive_scale: float = 1.0,
     ) -> None:
         self.tau = tau
         self.beta = beta
@@ -100,6 +104,9 @@ class ListwiseObjective:
         self.tau_final = tau_final
         self.anneal_fraction = anneal_fraction
         self.mode_probability = mode_probability
+        self.correction_clip = correction_clip
+        self.pass_at_k = pass_at_k
+        self.positive_scale = positive_scale
         self._kl_values: list[float] = []
         if mode_key is not None and tokenizer is None:
             raise ValueError("a mode key needs the tokenizer that encodes the answers (tokenizer=None was given)")
@@ -134,6 +141,9 @@ class ListwiseObjective:
             tau_final=args.maxent_tau_final,
             anneal_fraction=args.maxent_tau_anneal_fraction,
             mode_probability=args.maxent_mode_probability,
+            correction_clip=args.maxent_mode_correction_clip or float(args.num_generations),
+            pass_at_k=args.maxent_pass_at_k,
+            positive_scale=args.maxent_positive_scale,
             tokenizer=tokenizer,
         )
 
@@ -181,9 +191,15 @@ class ListwiseObjective:
             ref_term=ref_term,
             mode_ids=mode_ids,
             mode_log_prob=log_mode_prob,
+            correction_clip=self.correction_clip,
             valid=valid.view(-1, group_size),
         )
-        advantages = result.advantages.reshape(-1).to(rewards.device)
+        shaped = result.advantages
+        if self.pass_at_k > 1:
+            group_weights = pass_at_k_group_weights(rewards.view(-1, group_size), result.valid, self.pass_at_k)
+            shaped = shaped * group_weights.to(shaped.device).unsqueeze(-1)
+        shaped = scale_positive(shaped, self.positive_scale)
+        advantages = shaped.reshape(-1).to(rewards.device)
         groups_with_data = valid.view(-1, group_size).any(dim=1)
         metrics = {"maxent/tau": tau, "maxent/beta": float(batch.beta)}
         if bool(groups_with_data.any()):

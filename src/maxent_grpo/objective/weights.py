@@ -31,20 +31,23 @@ where :math:`n_m` counts the candidates of mode :math:`m`. A correct answer samp
 much as one sampled ten times, and a mode key that puts every candidate in its own mode gives back (1)-(3).
 
 Importance-corrected mode form. The group is a sample of the sampling policy :math:`\pi`, and (4) treats the share
-:math:`n_m / G` of a mode in the group as its probability under :math:`\pi`. Given instead an estimate
+:math:`n_m / G_v` of a mode in the group as its probability under :math:`\pi`. Given instead an estimate
 :math:`\hat p_m` of that probability (``mode_log_prob``), the mode weights become the self-normalised importance
-weights of the target over the group:
+weights of the target over the group, each factor truncated at :math:`c` (``correction_clip``):
 
 .. math::
 
-    W_m \propto W^{(1-2)}_m \, \frac{n_m / G_v}{\hat p_m}                                       \qquad (5)
+    W_m \propto W^{(1-2)}_m \, \min\!\Big(c,\ \frac{n_m / G_v}{\hat p_m}\Big)                            \qquad (5)
 
 where :math:`W^{(1-2)}_m` are the mode weights of (1)-(2); :math:`\hat p_m = n_m / G_v` gives back (4). A mode
 the policy has nearly lost (say :math:`\hat p_m = 0.003`) that turns up once in a group of 16 is over-represented
-20-fold and gets that much more of the target, so it is pulled back up while it is still sampled at all; with (4)
-it would get the weight of a mode that holds 1/16 of the policy. With :math:`\tau > 0` the correction applies to
-every mode, wrong ones included (a rare wrong answer is explored, not only penalised); with :math:`\tau = 0` it
-acts among the best modes only.
+20-fold and, with :math:`c \ge 20`, gets that much more of the target, so it is pulled back up while it is still
+sampled at all; with (4) it would get the weight of a mode that holds 1/16 of the policy (an unlikeliness reward at
+the answer level; He et al., 2025, arXiv 2506.02355). With :math:`\tau > 0` the correction applies to every mode,
+wrong ones included (a rare wrong answer is explored, not only penalised); with :math:`\tau = 0` it acts among the
+best modes only. The truncation bounds what one rare completion can draw to itself when :math:`\hat p_m`
+underestimates its mode (an answer reached along many completions, of which a group holds a few): :math:`c = G`
+trusts :math:`\hat p_m` down to :math:`1 / G^2` for a mode sampled once.
 
 Validity. Candidates marked invalid (dropped rows), or whose reward is not finite, or whose reference term is
 not finite while :math:`\beta > 0`, or whose ``mode_log_prob`` is not finite, get weight 0 and advantage 0; the
@@ -52,7 +55,7 @@ others are normalised among themselves, with :math:`G` replaced by the number of
 (1), (3) and (5). A group with no valid candidate gets all-zero weights and advantages.
 
 Limits. :math:`\tau \to \infty` gives uniform weights (zero advantages; with (5), the weights that undo the
-group's sampling); :math:`\tau + \beta = 0` (that is
+group's sampling, up to the truncation); :math:`\tau + \beta = 0` (that is
 :math:`\tau = 0, \beta = 0`) is computed exactly as the limit :math:`\tau \to 0`: the weight is shared equally by the
 candidates (or modes) with the highest reward. All arithmetic is done in float64 (float32 on Apple MPS, which has
 no float64) in log space (``log_softmax``, ``logaddexp``), so results are finite for rewards of any sign and scale.
@@ -82,11 +85,14 @@ class ListwiseResult:
             weights ``W_m`` of (1)-(2) when mode ids are given (before the correction (5)), the candidate weights
             ``w_i`` otherwise. 0 for a group with
             no valid candidate; average over ``valid.any(-1)`` to report a batch mean.
+        valid: ``[num_groups, G]`` bool mask of the candidates that counted (given as valid, with finite rewards,
+            and finite reference and mode terms where those are used).
     """
 
     weights: torch.Tensor  # [num_groups, G]
     advantages: torch.Tensor  # [num_groups, G]
     entropy: torch.Tensor  # [num_groups]
+    valid: torch.Tensor  # [num_groups, G] bool
 
 
 def _masked_log_softmax(logits: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -144,6 +150,7 @@ def _validate(
     ref_term: torch.Tensor | None,
     mode_ids: torch.Tensor | None,
     mode_log_prob: torch.Tensor | None,
+    correction_clip: float,
     valid: torch.Tensor | None,
 ) -> None:
     if rewards.dim() != 2:
@@ -156,6 +163,8 @@ def _validate(
     check_finite("beta", beta, low=0.0)
     if beta > 0 and ref_term is None:
         fail("ref_term", None, "a [num_groups, G] tensor when beta > 0")
+    if not (is_number(correction_clip) and correction_clip >= 1):
+        fail("correction_clip", correction_clip, "a number >= 1 (math.inf: no clip)")
     if mode_log_prob is not None and mode_ids is None:
         fail("mode_log_prob", "a tensor", "None when mode_ids is None (the correction acts on modes)")
     for name, tensor in (
@@ -191,6 +200,7 @@ def compute_listwise(
     ref_term: torch.Tensor | None = None,
     mode_ids: torch.Tensor | None = None,
     mode_log_prob: torch.Tensor | None = None,
+    correction_clip: float = math.inf,
     valid: torch.Tensor | None = None,
 ) -> ListwiseResult:
     """Listwise MaxEnt weights, advantages and weight entropy of a batch of prompt groups (equations (1)-(5)).
@@ -208,6 +218,8 @@ def compute_listwise(
         mode_log_prob: ``[num_groups, G]`` log of the sampling policy's probability of each candidate's mode (the
             same value for every candidate of a mode), for the importance-corrected mode form (5); needs
             ``mode_ids``. Non-finite entries count as invalid. None: (4).
+        correction_clip: the truncation ``c >= 1`` of the importance factor of (5); ``math.inf``: none. Unused
+            without ``mode_log_prob``.
         valid: ``[num_groups, G]`` bool mask of usable candidates. None: all candidates are usable.
 
     Returns:
@@ -223,6 +235,7 @@ def compute_listwise(
         ref_term=ref_term,
         mode_ids=mode_ids,
         mode_log_prob=mode_log_prob,
+        correction_clip=correction_clip,
         valid=valid,
     )
     out_dtype = rewards.dtype if rewards.dtype.is_floating_point else torch.float32
@@ -266,11 +279,12 @@ def compute_listwise(
         # The entropy is that of the target (1)-(2); (5) only corrects for how the group sampled it.
         entropy = weight_entropy(log_mode_weights.exp())
         if log_prob is not None:
-            # (5) in log space: log W + log n_m - log p_m, renormalised over the present modes (G_v cancels).
+            # (5) in log space: log W + min(log c, log(n_m / G_v) - log p_m), renormalised over the present modes.
             # Mean per mode, each entry divided by its mode's count first so the sum cannot overflow.
             candidate_count = safe_count.reshape(-1).gather(0, segment).reshape(num_groups, group_size)
             mode_log_p = segment_sum(log_prob / candidate_count).reshape(num_groups, group_size)
-            corrected = log_mode_weights + safe_count.log() - mode_log_p
+            log_share = safe_count.log() - ok.sum(dim=-1, keepdim=True).clamp_min(1).to(work_dtype).log()
+            corrected = log_mode_weights + (log_share - mode_log_p).clamp(max=math.log(correction_clip))
             log_mode_weights = _masked_log_softmax(corrected, present & torch.isfinite(log_mode_weights))
         mode_weights = log_mode_weights.exp()
         per_sample = (mode_weights / safe_count).reshape(-1).gather(0, segment).reshape(num_groups, group_size)
@@ -279,5 +293,5 @@ def compute_listwise(
     num_valid = ok.sum(dim=-1, keepdim=True).to(work_dtype)
     advantages = torch.where(ok, num_valid * weights - 1.0, 0.0)
     return ListwiseResult(
-        weights=weights.to(out_dtype), advantages=advantages.to(out_dtype), entropy=entropy.to(out_dtype)
+        weights=weights.to(out_dtype), advantages=advantages.to(out_dtype), entropy=entropy.to(out_dtype), valid=ok
     )

@@ -12,8 +12,10 @@ from trl import GRPOConfig
 from maxent_grpo.bench.trl_baselines import (
     ADAPTIVE_ENTROPY,
     FIXED_ENTROPY_GRID,
+    KL_ANCHOR,
     TOP_ENTROPY,
     TRL_LABELS,
+    arm_fields,
     choose_fixed_coefficient,
     fixed_entropy,
     trl_methods,
@@ -23,7 +25,7 @@ from maxent_grpo.bench.trl_baselines import (
 def test_trl_methods_are_grpo_keys_with_grpo_config_fields_in_run_order() -> None:
     methods = trl_methods(0.05)
     assert list(methods) == ["grpo", "grpo_entropy_fixed", "grpo_entropy", "grpo_top_entropy"]
-    assert list(methods) == list(TRL_LABELS)
+    assert [*methods, "grpo_kl"] == list(TRL_LABELS)  # the opt-in KL comparator last
     assert all(method == "grpo" or method.startswith("grpo_") for method in methods)
     assert methods["grpo"] == {} and methods["grpo_entropy_fixed"] == {"entropy_coef": 0.05}
     assert methods["grpo_entropy"] == ADAPTIVE_ENTROPY and methods["grpo_top_entropy"] == TOP_ENTROPY
@@ -89,3 +91,10 @@ def test_choice_is_in_the_grid_and_admissible_when_any_is(
     else:
         best = [c for c in figures if reward[c] == max(reward.values())]
     assert chosen == min(best)
+
+
+def test_the_kl_comparator_is_grpo_with_trl_s_beta() -> None:
+    assert arm_fields("grpo_kl") == KL_ANCHOR == {"beta": 0.3}
+    assert {f.name for f in dataclasses.fields(GRPOConfig)} >= set(KL_ANCHOR)
+    with pytest.raises(ValueError, match="unknown arm 'grpo_klx'"):
+        arm_fields("grpo_klx")

@@ -115,3 +115,64 @@ def test_policy_mode_probability_with_a_fixed_tau_warns(tmp_path, caplog, tiny_t
     with caplog.at_level("WARNING", logger="maxent_grpo.objective.listwise"):
         ListwiseObjective.from_config(args, tokenizer=tiny_tokenizer)
     assert ("anneal tau to near 0" in caplog.text) is warns
+
+
+def test_pass_at_k_and_positive_scale_reshape_the_listwise_advantages() -> None:
+    # One group of 4 mirrored into two (8 rows, 2 groups of 4): rewards [1, 0, 0, 0] twice, tau = 0: the listwise
+    # advantages are [3, -1, -1, -1]; k = 2 weighs both groups alike (C(3, 1) / C(3, 1) = 1), so only the positive
+    # scale shows.
+    output = {"completion_mask": torch.ones(4, 2, dtype=torch.long)}
+    objective = _objective(tau=0.0, beta=0.0)
+    objective.pass_at_k, objective.positive_scale = 2, 0.5
+    step = objective.step(_batch([1.0, 0.0, 0.0, 0.0], 0.0, output), MIRRORED)
+    torch.testing.assert_close(step.advantages, torch.tensor([1.5, -1.0, -1.0, -1.0]), atol=1e-6, rtol=0)
+
+
+def test_pass_at_k_weighs_a_rarely_solved_group_above_a_often_solved_one() -> None:
+    # Two local groups (no mirroring): one success in 4 and three in 4, tau = 0, k = 2. Raw weights C(3, 1) / C(3, 1)
+    # = 1 and C(1, 1) / C(3, 1) = 1/3, renormalised to mean 1: 1.5 and 0.5. Listwise advantages: [3, -1, -1, -1] and
+    # [1/3, 1/3, 1/3, -1].
+    single = Collectives(
+        process_index=0, device=torch.device("cpu"), gather=lambda x: x, gather_object=lambda values: list(values)
+    )
+    rewards = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]
+    mask = torch.ones(8, 2, dtype=torch.long)
+    batch = RolloutBatch(
+        rewards_per_func=torch.tensor(rewards).unsqueeze(1),
+        reward_weights=torch.ones(1),
+        row_keep=None,
+        completion_mask=mask,
+        completion_ids=torch.ones_like(mask),
+        texts=["x"] * 8,
+        ref_per_token_logps=None,
+        group_size=GROUP_SIZE,
+        beta=0.0,
+        training=True,
+        global_step=0,
+        max_steps=10,
+    )
+    objective = _objective(tau=0.0, beta=0.0)
+    objective.pass_at_k = 2
+    advantages = objective.step(batch, single).advantages
+    expected = torch.tensor([4.5, -1.5, -1.5, -1.5, 1 / 6, 1 / 6, 1 / 6, -0.5])
+    torch.testing.assert_close(advantages, expected, atol=1e-6, rtol=0)
+
+
+def test_config_fields_reach_the_objective(tmp_path, tiny_tokenizer) -> None:
+    fields = {
+        "output_dir": str(tmp_path),
+        "maxent_objective": "listwise",
+        "maxent_mode_key": "last_line",
+        "maxent_mode_probability": "policy",
+        "maxent_pass_at_k": 4,
+        "maxent_positive_scale": 0.3,
+        "num_generations": 8,
+        "per_device_train_batch_size": 8,
+        "report_to": "none",
+        "use_cpu": True,
+    }
+    objective = ListwiseObjective.from_config(MaxEntGRPOConfig(**fields), tiny_tokenizer)
+    # The truncation defaults to the group size.
+    assert (objective.correction_clip, objective.pass_at_k, objective.positive_scale) == (8.0, 4, 0.3)
+    clipped = MaxEntGRPOConfig(**fields, maxent_mode_correction_clip=2.5)
+    assert ListwiseObjective.from_config(clipped, tiny_tokenizer).correction_clip == 2.5

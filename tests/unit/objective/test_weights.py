@@ -230,18 +230,58 @@ def test_policy_probabilities_pull_a_rare_sampled_mode_up() -> None:
     close(result.entropy, [math.log(2)])  # of the target (1)-(2): uniform over the two correct modes
 
 
-def test_policy_probabilities_with_tau_weigh_every_mode() -> None:
-    # tau = 1, T_q = 1: W^(1-2) = softmax([1, 0]) over modes {0, 1}; (5) multiplies by n_m / p_m = [2 / 0.5, 1 / 0.01].
+def test_policy_correction_is_clipped() -> None:
+    # The rare mode of the test above: its factor (1 / 12) / 0.003 = 27.8 clipped at 8; the common one's is
+    # (10 / 12) / 0.9.
+    rewards = t([[1.0] * 11 + [0.0]])
+    mode_ids = torch.tensor([[0] * 10 + [1, 2]])
+    mode_log_prob = t([[math.log(0.9)] * 10 + [math.log(0.003), math.log(0.001)]])
     result = compute_listwise(
-        t([[1.0, 1.0, 0.0]]),
-        tau=1.0,
+        rewards,
+        tau=0.0,
         q_temperature=1.0,
         q_epsilon=0.0,
-        mode_ids=torch.tensor([[0, 0, 1]]),
-        mode_log_prob=t([[math.log(0.5), math.log(0.5), math.log(0.01)]]),
+        mode_ids=mode_ids,
+        mode_log_prob=mode_log_prob,
+        correction_clip=8.0,
     )
-    w0, w1 = E / (E + 1) * 4, 1 / (E + 1) * 100
-    close(result.weights, [[w0 / (w0 + w1) / 2] * 2 + [w1 / (w0 + w1)]])
+    w_a, w_b = (10 / 12) / 0.9, 8.0
+    z = w_a + w_b
+    close(result.weights, [[w_a / z / 10] * 10 + [w_b / z, 0.0]])
+
+
+def test_policy_probabilities_with_tau_weigh_every_mode() -> None:
+    # tau = 1, T_q = 1: W^(1-2) = softmax([1, 0]) over modes {0, 1}; (5) multiplies by (n_m / G_v) / p_m =
+    # [(2 / 3) / 0.5, (1 / 3) / 0.01], unclipped, then truncated at 8.
+    kwargs = {
+        "tau": 1.0,
+        "q_temperature": 1.0,
+        "q_epsilon": 0.0,
+        "mode_ids": torch.tensor([[0, 0, 1]]),
+        "mode_log_prob": t([[math.log(0.5), math.log(0.5), math.log(0.01)]]),
+    }
+    for clip, factors in ((math.inf, (4 / 3, 100 / 3)), (8.0, (4 / 3, 8.0))):
+        result = compute_listwise(t([[1.0, 1.0, 0.0]]), correction_clip=clip, **kwargs)
+        w0, w1 = E / (E + 1) * factors[0], 1 / (E + 1) * factors[1]
+        close(result.weights, [[w0 / (w0 + w1) / 2] * 2 + [w1 / (w0 + w1)]])
+
+
+def test_the_truncation_bounds_what_a_rare_wrong_answer_draws_while_tau_gives_it_weight() -> None:
+    # A wrong answer sampled once with policy probability e^-14 (a group holds one of its many completions): its
+    # factor (1 / 4) / e^-14 takes nearly all of the target at tau = 0.25; truncated at G = 4 it gets 4 times its
+    # count weight.
+    rewards = t([[1.0, 1.0, 1.0, 0.0]])
+    kwargs = {
+        "tau": 0.25,
+        "q_temperature": 1.0,
+        "q_epsilon": 0.0,
+        "mode_ids": torch.tensor([[0, 0, 0, 1]]),
+        "mode_log_prob": t([[math.log(0.75)] * 3 + [-14.0]]),
+    }
+    assert compute_listwise(rewards, **kwargs).weights[0, 3] > 0.99
+    truncated = compute_listwise(rewards, correction_clip=4.0, **kwargs).weights
+    right, wrong = E**4, 1.0  # the count weights of (1)-(2) at tau = 0.25: q^(1/tau) = [e, 1]^4
+    close(truncated, [[right / (right + 4 * wrong) / 3] * 3 + [4 * wrong / (right + 4 * wrong)]])
 
 
 def test_policy_correction_is_taken_in_log_space() -> None:
@@ -256,6 +296,15 @@ def test_policy_correction_is_taken_in_log_space() -> None:
         mode_log_prob=t([[0.0, -5000.0]]),
     )
     close(result.weights, [[0.0, 1.0]])
+
+
+def test_a_truncated_correction_of_two_best_modes() -> None:
+    # Two correct modes sampled with probabilities 1 and e^-5000 (a factor of e^5000 / 2, which no float64 holds):
+    # the rare one takes all of the weight without truncation, 8 / (8 + 1/2) of it truncated at 8.
+    rewards, mode_ids, mode_log_prob = t([[1.0, 1.0]]), torch.tensor([[0, 1]]), t([[0.0, -5000.0]])
+    kwargs = {"tau": 0.0, "q_temperature": 1.0, "q_epsilon": 0.0, "mode_ids": mode_ids, "mode_log_prob": mode_log_prob}
+    close(compute_listwise(rewards, **kwargs).weights, [[0.0, 1.0]])
+    close(compute_listwise(rewards, correction_clip=8.0, **kwargs).weights, [[0.5 / 8.5, 8.0 / 8.5]])
 
 
 def test_mode_log_prob_mean_does_not_overflow() -> None:
@@ -320,6 +369,8 @@ def test_output_dtype_and_frozen_targets() -> None:
         ({"mode_ids": torch.zeros(2, 3)}, r"mode_ids\.dtype"),
         ({"rewards": torch.zeros(3)}, "rewards"),
         ({"mode_log_prob": torch.zeros(2, 3)}, "mode_log_prob"),
+        ({"correction_clip": 0.5}, "correction_clip"),
+        ({"correction_clip": float("nan")}, "correction_clip"),
         (
             {"mode_ids": torch.zeros(2, 3, dtype=torch.long), "mode_log_prob": torch.zeros(3, 2)},
             r"mode_log_prob\.shape",
