@@ -99,11 +99,13 @@ def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.Captur
     benchmark.heldout_prompts = lambda: prompts
     argv = ["--seeds", "2", "--first-seed", "3", "--steps", "2", "--prompts-per-step", "2", "--samples", "256"]
     argv += ["--entropy-grid", "0.01", "0.1", "--maxent", "maxent_tau=0.5", "--output-dir", str(tmp_path)]
+    # Every arm, the opt-in KL comparator (stock GRPO with beta > 0 on an in-process base) named first.
+    argv += ["--methods", "grpo_kl", "grpo", "grpo_entropy_fixed", "grpo_entropy", "grpo_top_entropy", "maxent"]
     result = benchmark.main(argv)
 
     written = json.loads((tmp_path / "multi_token_answers.json").read_text())
     assert written == json.loads(json.dumps(result))
-    methods = ["grpo", "grpo_entropy_fixed", "grpo_entropy", "grpo_top_entropy", "maxent"]
+    methods = ["grpo", "grpo_entropy_fixed", "grpo_entropy", "grpo_top_entropy", "grpo_kl", "maxent"]
     assert list(written["summary"]) == ["base", *methods]
     assert [(run["method"], run["seed"]) for run in written["runs"]] == [
         (m, s) for s in (3, 4) for m in ["base", *methods]
@@ -114,6 +116,7 @@ def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.Captur
     grid = written["entropy_grid"]
     assert grid["grid"] == [0.01, 0.1] and grid["chosen"] in grid["grid"]
     assert written["settings"]["methods"]["grpo_entropy_fixed"] == {"entropy_coef": grid["chosen"]}
+    assert written["settings"]["methods"]["grpo_kl"] == {"beta": 0.3}
     assert sorted((r["entropy_coef"], r["seed"]) for r in grid["runs"]) == [
         (c, s) for c in (0.01, 0.1) for s in (3, 4)
     ]
@@ -154,7 +157,8 @@ def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.Captur
     assert "MaxEnt listwise (maxent_tau=0.5)" in printed and "(defaults)" not in printed
     assert "MaxEnt minus each method, paired by seed" in printed
     assert f"GRPO + entropy_coef={grid['chosen']:g} (fixed, best of grid)" in printed
-    for label in ("GRPO (stock TRL)", "GRPO + adaptive entropy_coef", "GRPO + top_entropy_quantile=0.2"):
+    labels = ("GRPO (stock TRL)", "GRPO + adaptive entropy_coef", "GRPO + top_entropy_quantile=0.2")
+    for label in (*labels, "GRPO + beta=0.3 (KL to the base)"):
         assert f"MaxEnt vs {label}: " in printed
     png = tmp_path / "multi_token_answers.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
