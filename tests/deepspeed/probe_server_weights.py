@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from peft import LoraConfig
+from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from maxent_grpo import MaxEntGRPOTrainer
@@ -62,9 +63,22 @@ def train(output_dir: Path, deepspeed_config: str, model_dir: str, base_url: str
         "to_current": [] if probe is None else probe.to_current,
         "to_initial": [] if probe is None else probe.to_initial,
         "version": backend.weight_version,
+        "weights_root": str(backend.disk_weights.directory.root),
+        "weight_names": written_names(backend) if backend.disk_weights.pusher else [],
         "staleness": [e[STALENESS] for e in trainer.state.log_history if STALENESS in e],
     }
     return trainer.accelerator, record
+
+
+def written_names(backend: Any) -> list[str]:
+    """The tensor names of the version the backend wrote last (read while its run holds it: a memory-backed
+    directory is emptied when the run ends)."""
+    folder = backend.disk_weights.directory.path(backend.weight_version)
+    return sorted(
+        key
+        for shard in folder.glob("*.safetensors")
+        for key in safe_open(str(shard), "pt").keys()  # noqa: SIM118 (a safetensors handle is not a dict)
+    )
 
 
 def initial_logprobs(model_dir: str) -> torch.Tensor:

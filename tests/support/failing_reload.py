@@ -19,7 +19,7 @@ QUALNAME = f"{__name__}.FaultyReloadExtension"
 
 
 class FaultyReloadExtension(DiskReloadExtension):
-    def maxent_reload_weights(self, weights_path: str) -> dict[str, Any]:
+    def maxent_reload_weights(self, weights_path: str, **options: str) -> dict[str, Any]:
         control = Path(os.environ[FAULTS_VARIABLE])
         words = control.read_text().split() if control.exists() else []
         if words == ["partial", "always"]:
@@ -29,4 +29,4 @@ class FaultyReloadExtension(DiskReloadExtension):
                 left = int(words[1]) - 1
                 control.write_text(f"fail {left}" if left > 0 else "")
             raise RuntimeError("injected reload failure")
-        return super().maxent_reload_weights(weights_path)
+        return super().maxent_reload_weights(weights_path, **options)

@@ -17,12 +17,14 @@ def single_try_sync(
     session: requests.Session | None = None,
     source: WeightSource = parameters,
     request_timeout: float = 30.0,
+    delta: bool = False,
 ) -> ServerWeightSync:
-    """The weight versions of one trainer process on the server at ``base_url``, written under ``root``."""
+    """The weight versions of one trainer process on the server at ``base_url``, written under ``root`` (as deltas
+    after the first with ``delta``)."""
     return ServerWeightSync(
         base_url,
         session or requests.Session(),
-        WeightDirectory(root),
+        WeightDirectory(root, delta=delta),
         source=source,
         request_timeout=request_timeout,
         max_attempts=1,

@@ -1,12 +1,13 @@
-"""A weight push ended at any point after ``POST /pause`` leaves the real server generating, not paused.
+"""A weight push ended at any point leaves the real server generating, never paused, and the next push succeeds.
 
-Against the session's server (`shared_server`): `ServerWeightSync` pushes a version and the push is ended once the
-server has answered one of its requests (the server did what it asked: paused, reloaded, emptied its prefix cache),
+A push sends no pause: the reload runs as one engine call between two scheduler steps. Against the session's server
+(`shared_server`): `ServerWeightSync` pushes a version and the push is ended once the server has answered one of its
+requests (the server did what it asked: reloaded, claimed the version),
 the way a run ends it: Ctrl-C in a synchronous run (`KeyboardInterrupt`), a stopping run cutting its sockets
 (`AsyncGeneration.close`: the exchange breaks off), or the step's time budget running out while the answer is awaited
 (`requests.Timeout`). A response hook on the push's HTTP session raises the ending when that answer arrives, so each
-cell ends at a chosen request on a real server. Whatever ended it, the server must not be left paused: a paused
-server holds every client's requests.
+cell ends at a chosen request on a real server. Whatever ended it, the server must not be left paused (a paused
+server holds every client's requests), must answer at once, and must take the version at the next push.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from maxent_grpo.training.generation.backends.http_deadline import DeadlineAdapt
 from tests.support.server_logprobs import server_logprobs
 from tests.support.weight_sync import single_try_sync
 
-STAGES = ("/pause", "/collective_rpc", "/reset_prefix_cache")
+STAGES = ("/collective_rpc", "/update_weight_version")
 ENDINGS: dict[str, Callable[[], BaseException]] = {
     "ctrl-c": KeyboardInterrupt,
     "sockets-cut": lambda: requests.ConnectionError("the run stopped: its exchanges were cut off"),
@@ -45,7 +46,7 @@ class EndOnceAnswered:
 
 @pytest.mark.parametrize("ending", ENDINGS)
 @pytest.mark.parametrize("stage", STAGES)
-def test_a_push_ended_after_the_pause_leaves_the_server_generating(
+def test_a_push_ended_part_way_leaves_the_server_generating(
     stage: str, ending: str, shared_server, vllm_model_dir: Path, tmp_path: Path
 ):
     model = AutoModelForCausalLM.from_pretrained(vllm_model_dir, dtype=torch.float32)
@@ -65,3 +66,5 @@ def test_a_push_ended_after_the_pause_leaves_the_server_generating(
     paused = requests.get(f"{shared_server.base_url}/is_paused", timeout=10).json()["is_paused"]
     assert paused is False, f"the server was left paused after a push ended at {stage} by {ending}"
     assert len(server_logprobs(shared_server.base_url, [5, 6, 7])) == 2  # and it answers a request at once
+    assert sync.ensure() is True  # the next generation call's push takes the version
+    assert sync.served_version() == sync.version

@@ -8,6 +8,7 @@ test finds the server as launched and leaves it for the next test's reset.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.tiny_model import save_tiny_model
+from maxent_grpo.training.generation.backends import weights_location
 from maxent_grpo.training.generation.backends.protocol import GenerationStopped
-from tests.support.server_logprobs import ProbeAfterEachCall
+from maxent_grpo.training.generation.backends.weight_directory import FULL_FOLDER
+from tests.support.server_logprobs import PROBE_TEXT, ProbeAfterEachCall, model_logprobs, server_logprobs
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, train_in_thread
+from tests.support.weight_sync import single_try_sync
 
 
 def server_mode_trainer(model_dir, url, output_dir, peft_config=None, **overrides):
@@ -153,6 +157,8 @@ def test_a_hub_push_of_the_output_dir_leaves_the_default_weights_directory_out(
     from huggingface_hub.utils import filter_repo_objects
 
     output_dir = tmp_path / "run"
+    # No memory-backed directory here (a directory that is not a tmpfs), as on a machine without /dev/shm.
+    monkeypatch.setattr(weights_location, "MEMORY_ROOT", tmp_path / "no-shm")
     trainer = server_mode_trainer(vllm_model_dir, server_url, output_dir, max_steps=1, vllm_weights_dir=None)
     trainer.train()
     written = sorted(path.relative_to(output_dir) for path in output_dir.rglob("*.safetensors"))
@@ -168,3 +174,84 @@ def test_a_hub_push_of_the_output_dir_leaves_the_default_weights_directory_out(
     uploaded = list(filter_repo_objects(files, ignore_patterns=upload["ignore_patterns"]))
     assert "model.safetensors" in uploaded
     assert not [name for name in uploaded if "weights-" in name], uploaded
+
+
+def test_local_servers_get_the_weights_through_memory_removed_when_the_run_ends(server_url, vllm_model_dir, tmp_path):
+    if not weights_location._is_tmpfs(weights_location.MEMORY_ROOT):
+        pytest.skip("no tmpfs at /dev/shm on this machine")
+    trainer = server_mode_trainer(vllm_model_dir, server_url, tmp_path / "run", max_steps=2, vllm_weights_dir=None)
+    probe = ProbeAfterEachCall(trainer.generation_backend, trainer.model, trainer.processing_class, server_url)
+    trainer.train()
+    weights = trainer.generation_backend.disk_weights
+    assert weights is not None and weights.directory.root.parent == weights_location.MEMORY_ROOT
+    version_dir = weights.directory.path(trainer.generation_backend.weight_version)
+    assert version_dir.is_dir() and max(probe.to_current) < 1e-3
+    assert not (tmp_path / "run" / weights_location.DEFAULT_WEIGHTS_FOLDER).exists()
+    del trainer, weights, probe
+    gc.collect()
+    assert not version_dir.exists()  # memory given back once the run's directory is gone
+
+
+def nudge(model: torch.nn.Module, scale: float) -> None:
+    """Change a few elements of one tensor and the whole of another (a delta with sparse and whole entries)."""
+    with torch.no_grad():
+        layer = model.model.layers[0]
+        layer.mlp.down_proj.weight.view(-1)[:5] += scale
+        layer.self_attn.o_proj.weight.mul_(1.0 + scale)
+
+
+def test_a_delta_push_leaves_the_server_as_a_full_push_would_and_a_server_without_its_base_gets_it_whole(
+    shared_server, vllm_model_dir, tmp_path
+):
+    url = shared_server.base_url
+    model = AutoModelForCausalLM.from_pretrained(vllm_model_dir, dtype=torch.float32)
+    ids = AutoTokenizer.from_pretrained(vllm_model_dir)(PROBE_TEXT)["input_ids"]
+    deltas, fulls = single_try_sync(url, tmp_path / "delta", delta=True), single_try_sync(url, tmp_path / "full")
+    deltas.write(model)
+    assert deltas.ensure() and not deltas.directory.is_delta(deltas.version)  # the first version goes whole
+
+    nudge(model, 0.05)
+    deltas.write(model)
+    assert deltas.directory.is_delta(deltas.version)
+    assert deltas.ensure() and deltas.push_seconds["server_read"] >= 0
+    through_delta = server_logprobs(url, ids)
+    assert (through_delta - model_logprobs(model, ids)).abs().max() < 1e-3
+    fulls.write(model)
+    assert fulls.ensure()
+    assert torch.equal(server_logprobs(url, ids), through_delta)  # bit for bit what the whole weights give
+
+    # The full push left the server without the delta's base: the next delta is sent whole, in the same push.
+    nudge(model, -0.03)
+    deltas.write(model)
+    assert deltas.ensure() and (deltas.directory.path(deltas.version) / FULL_FOLDER).is_dir()
+    assert (server_logprobs(url, ids) - model_logprobs(model, ids)).abs().max() < 1e-3
+
+    # A server back at its launch weights (as after a restart) holds no base either, and serves another version.
+    shared_server.reset()
+    nudge(model, 0.02)
+    deltas.write(model)
+    assert deltas.directory.is_delta(deltas.version)
+    assert deltas.ensure() and deltas.served_version() == deltas.version
+    assert (server_logprobs(url, ids) - model_logprobs(model, ids)).abs().max() < 1e-3
+
+
+def test_a_peft_run_with_delta_pushes_stays_on_policy_and_sends_only_the_merged_layers(
+    server_url, vllm_model_dir, tmp_path
+):
+    from peft import LoraConfig
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    trainer = server_mode_trainer(
+        vllm_model_dir, server_url, tmp_path, peft_config=lora, max_steps=3, vllm_weight_delta=True
+    )
+    probe = ProbeAfterEachCall(trainer.generation_backend, trainer.model, trainer.processing_class, server_url)
+    trainer.train()
+
+    weights = trainer.generation_backend.disk_weights
+    assert weights is not None and weights.directory.delta is not None
+    stats = weights.directory.delta.stats
+    print(f"delta: {stats}; |server - trained| {probe.to_current}")
+    assert weights.directory.is_delta(trainer.generation_backend.weight_version)
+    assert stats.unchanged > 0 and stats.delta_bytes < stats.full_bytes / 2  # the frozen base stays where it is
+    assert len(probe.to_current) >= 3 and max(probe.to_current) < 1e-3
+    assert min(probe.to_initial[1:]) > 1e-2

@@ -114,6 +114,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("vllm_server_timeout", "SECONDS", "how long to wait for the server to come up before stopping"),
             ("vllm_weight_transfer", "HOW", "auto, nccl (needs vLLM here) or disk (HTTP and a shared directory)"),
             ("vllm_weights_dir", "DIR", "the disk transfer's directory, read by the server under the same path"),
+            ("vllm_weight_delta", "BOOL", "disk transfer: push only what changed since the server's version"),
             ("vllm_gpu_memory_utilization", "FRACTION", "GPU memory share of a colocated engine"),
             ("async_generation", "BOOL", "generate the next batch on the server while this one trains"),
         ),

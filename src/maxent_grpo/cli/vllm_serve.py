@@ -7,7 +7,7 @@ give its command line and environment for a weight transfer (``vllm_weight_trans
 - always ``--logprobs-mode processed_logprobs`` (TRL's importance-sampling correction needs the sampled tokens'
   log-probs after temperature and logit processing);
 - ``disk``: ``--worker-extension-cls`` naming this package's reload extension and ``VLLM_SERVER_DEV_MODE=1`` (the
-  trainer uses ``/pause``, ``/collective_rpc``, ``/resume``, ``/update_weight_version`` and ``/weight_info``);
+  trainer uses ``/collective_rpc``, ``/reset_prefix_cache``, ``/update_weight_version`` and ``/weight_info``);
 - ``nccl``: ``--weight-transfer-config '{"backend": "nccl"}'`` and ``VLLM_SERVER_DEV_MODE=1`` (TRL's client).
 
 Arguments after the model are passed on to vLLM unchanged (``--dtype``, ``--max-model-len``, ...).

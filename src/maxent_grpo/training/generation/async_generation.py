@@ -12,8 +12,10 @@ collective stays on the main thread, in the same order on every process (invaria
 they are: a prefetched call that failed, in whole or in part, is retried for its deficit like any other.
 
 The background thread only speaks HTTP to the server (the weight push included). The main thread waits for it
-(`take`, `wait`) before it uses the backend or writes weights again, so the two never use the backend at once, and
-the version the server is asked to serve never changes under a call in flight.
+(`take`, `wait`) before it uses the backend again, so the two never use the backend at once, and the version the
+server is asked to serve never changes under a call in flight. A backend whose sync comes in two parts
+(`SupportsWeightStaging`, the disk transport) has the next version's files written while the call is still in
+flight, and made the version to serve only once the call has ended: the write overlaps the server's generation.
 
 Staleness (invariant I9): each completion carries the weight version it was sampled from
 (`Completion.weight_version`), and the trainer reports at which optimizer step it wrote each version
@@ -235,9 +237,10 @@ class AsyncGeneration:
             self._version_steps.setdefault(version, step)
 
     def close(self) -> None:
-        """Stop the call in flight: its requests are cut off and none is tried again (a weight push the server is
-        paused for still resumes it), and it is waited for, at most `_CLOSE_WAIT_SECONDS`; one still running then is
-        abandoned (its thread is a daemon, and whoever uses the backend next waits for it first)."""
+        """Stop the call in flight: its requests are cut off and none is tried again (a weight push cut off leaves the
+        server generating from what it loaded, never claiming the version), and it is waited for, at most
+        `_CLOSE_WAIT_SECONDS`; one still running then is abandoned (its thread is a daemon, and whoever uses the
+        backend next waits for it first)."""
         prefetch, self._inflight, self._ahead, self._iterator = self._inflight, None, [], None
         if prefetch is None or prefetch.thread is None or not prefetch.thread.is_alive():
             return

@@ -1,6 +1,7 @@
 """A `MaxEntGRPOTrainer`'s generation step: what its `_generate` hands off.
 
-`generate_batch` syncs the backend's weights, runs one `GenerationStep` (with dynamic sampling's refill in training),
+`generate_batch` syncs the backend's weights (with ``async_generation``, written while the call made ahead still runs,
+then published), runs one `GenerationStep` (with dynamic sampling's refill in training),
 logs its metrics with TRL's, counts empty batches, starts the next window's call ahead (``async_generation``), and
 returns TRL's rows with the batch's new `GenerationBatchState`. `score_rows` is dynamic sampling's scorer: TRL's reward
 functions on the rows a refill round scores.
@@ -57,6 +58,8 @@ def generate_batch(trainer: Any, prompts: list[Any]) -> GeneratedBatch:
     metrics = trainer._metrics[mode]
     ahead = trainer.async_generation
     training = mode == "train"
+    if ahead is not None and training:
+        trainer._stage_backend_weights()  # the write overlaps the call made ahead, which may still be generating
     replayed = None if ahead is None else ahead.take(trainer._step, prompts, trainer.state.global_step, training)
     trainer._sync_backend_weights()
     collectives = Collectives.of(trainer.accelerator)

@@ -38,6 +38,23 @@ class SupportsWeightSync(Protocol):
 
 
 @runtime_checkable
+class SupportsWeightStaging(Protocol):
+    """A `SupportsWeightSync` backend whose sync comes in two parts: writing the new weights, and making them the
+    ones to sample from.
+
+    With ``async_generation`` the trainer calls ``stage_weights(model)`` on every process as soon as a window's
+    generation step starts, while the call made ahead for that window may still be generating from the weights before
+    (so the write overlaps it), and ``publish_staged_weights()`` once that call has ended, in place of
+    ``sync_weights(model)``; the model does not change in between. Until it is published, the staged version must
+    not change what a call in flight samples from or claims to.
+    """
+
+    def stage_weights(self, model: torch.nn.Module) -> None: ...
+
+    def publish_staged_weights(self) -> None: ...
+
+
+@runtime_checkable
 class SupportsDeadline(Protocol):
     """A backend that can cut its work off at a given instant.
 
@@ -148,6 +165,7 @@ class SupportsWeightVersion(Protocol):
 
 CAPABILITIES: tuple[type, ...] = (
     SupportsWeightSync,
+    SupportsWeightStaging,
     SupportsDeadline,
     SupportsStats,
     SupportsFailureReasons,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,6 +22,8 @@ from maxent_grpo.training.generation.backends.transformers_backend import Transf
 from maxent_grpo.training.generation.backends.vllm_colocate import VLLMColocateBackend
 from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
 from maxent_grpo.training.generation.backends.vllm_server_pool import VLLMServerPool
+from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
+from maxent_grpo.training.generation.backends.weights_location import MEMORY_ROOT, weights_root
 
 
 def _transformers(trainer: Any) -> GenerationBackend:
@@ -89,16 +90,18 @@ def vllm_install_problem(args: Any) -> str | None:
     )
 
 
-#: The disk transport's folder inside ``output_dir`` when ``vllm_weights_dir`` is None. Its leading underscore keeps
-#: it out of every Hub upload the Trainer makes (`push_to_hub`, and the pushes of ``hub_strategy``: they ignore
-#: ``_*`` and ``checkpoint-*``), which would otherwise send an outdated copy of the model, mid-rewrite.
-DEFAULT_WEIGHTS_FOLDER = "_vllm-weights"
-
-
-def weights_directory(args: Any) -> Path:
-    """Where the disk transport writes the weights: ``vllm_weights_dir``, by default ``<output_dir>/_vllm-weights``
-    (`DEFAULT_WEIGHTS_FOLDER`)."""
-    return Path(args.vllm_weights_dir or Path(args.output_dir) / DEFAULT_WEIGHTS_FOLDER)
+def weights_directory(trainer: Any) -> WeightDirectory:
+    """Where the disk transport writes the weights (`weights_location.weights_root`: ``vllm_weights_dir``, else a
+    memory-backed directory for servers on this machine, else ``<output_dir>/_vllm-weights``), delta versions with
+    ``vllm_weight_delta``. A memory-backed directory's versions are removed when the run ends."""
+    args = trainer.args
+    model_bytes = sum(
+        getattr(parameter, "ds_numel", parameter.numel()) * parameter.element_size()
+        for parameter in trainer.model.parameters()
+    )  # a ZeRO-3 parameter's local numel is 0: ds_numel is its whole size
+    root = weights_root(args.vllm_weights_dir, args.output_dir, server_urls(args), model_bytes)
+    memory = not args.vllm_weights_dir and root.parent == MEMORY_ROOT
+    return WeightDirectory(root, delta=args.vllm_weight_delta, remove_at_exit=memory)
 
 
 def server_api_key(args: Any) -> str | None:
@@ -110,6 +113,11 @@ def _vllm_server(trainer: Any) -> GenerationBackend:
     args = trainer.args
     generation = trainer.vllm_generation
     disk = weight_transfer_name(args) == "disk"
+    if args.vllm_weight_delta and not disk:
+        raise ValueError(
+            "vllm_weight_delta=True needs the disk weight transfer, and vllm_weight_transfer='auto' chose NCCL (a "
+            "CUDA trainer with one server): set vllm_weight_transfer to 'disk'"
+        )
 
     def trl_parameter_walk(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         # TRL's walk over the model it holds (gathers ZeRO-3 / FSDP shards, merges PEFT adapters, vLLM's names).
@@ -124,7 +132,7 @@ def _vllm_server(trainer: Any) -> GenerationBackend:
             request_timeout=args.vllm_request_timeout,
             max_attempts=args.vllm_request_attempts,
             connection_timeout=args.vllm_server_timeout,
-            weights_directory=weights_directory(args),
+            weights_directory=weights_directory(trainer),
             weight_source=trl_parameter_walk,
             api_key=server_api_key(args),
         )
@@ -136,7 +144,7 @@ def _vllm_server(trainer: Any) -> GenerationBackend:
         max_attempts=args.vllm_request_attempts,
         connection_timeout=args.vllm_server_timeout,
         weight_sync=None if disk else generation.sync_weights,
-        weights_directory=weights_directory(args) if disk else None,
+        weights_directory=weights_directory(trainer) if disk else None,
         weight_source=trl_parameter_walk,
         api_key=server_api_key(args),
     )

@@ -1,8 +1,8 @@
 """The key a vLLM server's every route asks for: vLLM's ``--api-key`` guards only its ``/v1`` routes.
 
 vLLM's own key (``--api-key`` or ``VLLM_API_KEY``) is checked on paths under ``/v1``, ``/v2``, ``/inference`` and
-``/cohere`` only. The development endpoints the trainer's weight push uses (``/pause``, ``/resume``,
-``/collective_rpc``, ``/reset_prefix_cache``, ``/update_weight_version``, ``/weight_info``, ``/is_paused``) and
+``/cohere`` only. The development endpoints (``/pause``, ``/resume``, ``/is_paused``, and those the trainer's weight
+push uses: ``/collective_rpc``, ``/reset_prefix_cache``, ``/update_weight_version``, ``/weight_info``) and
 ``/health`` answer anyone who can reach the server: on a server listening beyond 127.0.0.1, anyone could stall
 generation or make the engine load weights from any path it can read. `ServerKeyGuard`, added to the server with
 ``--middleware`` (`MIDDLEWARE_QUALNAME`; ``maxent-grpo vllm-serve`` adds it), refuses every request, on every path,

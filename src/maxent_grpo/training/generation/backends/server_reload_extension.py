@@ -2,10 +2,20 @@
 
 A server started with ``--worker-extension-cls maxent_grpo.training.generation.backends.server_reload_extension.
 DiskReloadExtension`` (and ``VLLM_SERVER_DEV_MODE=1`` for ``POST /collective_rpc``) gains one worker method,
-``maxent_reload_weights(weights_path)``: it reads every ``*.safetensors`` file of ``weights_path`` and reloads the
-engine's model from them in place (`in_place_reload`: tied layers processed again), then reports what it loaded and
-which engine parameters stayed stale. vLLM's own ``reload_weights`` cannot be trusted with a tied LM head (it skips it
-and the engine ends up half-updated) and reports nothing.
+``maxent_reload_weights(weights_path, version, keep)``: it reads the safetensors files of ``weights_path`` and
+reloads the engine's model from them in place (`in_place_reload`: tied layers processed again), then reports what it
+loaded, which engine parameters stayed stale, whether the engine caches prefixes (a cache the caller must then empty)
+and how long reading and reloading took. vLLM's own ``reload_weights`` cannot be trusted with a tied LM head (it skips
+it and the engine ends up half-updated) and reports nothing.
+
+The reload is one engine call, run between two scheduler steps (the engine core runs utility calls and model steps
+one after the other), so no forward pass ever sees half of one version and half of another: generation needs no pause
+around it.
+
+Deltas (`weight_delta`). With ``keep="1"`` the worker keeps the tensors it loaded, a host copy of the weights, as the
+base of the next version (named ``version``). A directory holding ``delta-*.safetensors`` files is applied to that
+copy and the engine reloaded from the result; a delta whose base is not the one held (after a restart, or a reload
+that failed) is refused with `DELTA_BASE_MISSING` in its message, and the caller sends the whole version instead.
 
 A server told which directory to trust (``maxent-grpo vllm-serve --weights-root DIR``, which sets
 ``MAXENT_GRPO_WEIGHTS_ROOT``) refuses a ``weights_path`` outside it (symbolic links resolved): whoever can reach
@@ -23,13 +33,16 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from maxent_grpo.training.generation.backends.in_place_reload import reload_in_place
+from maxent_grpo.training.generation.backends.weight_delta import BASE_KEY, apply_delta
 
 #: The ``--worker-extension-cls`` value that loads `DiskReloadExtension`.
 EXTENSION_QUALNAME = f"{__name__}.DiskReloadExtension"
@@ -37,6 +50,8 @@ EXTENSION_QUALNAME = f"{__name__}.DiskReloadExtension"
 RELOAD_METHOD = "maxent_reload_weights"
 #: The environment variable naming the only directory (and what is under it) the extension loads weights from.
 WEIGHTS_ROOT_VARIABLE = "MAXENT_GRPO_WEIGHTS_ROOT"
+#: In the message of a delta refused because the server does not hold its base.
+DELTA_BASE_MISSING = "the server does not hold the base of this delta"
 
 
 def check_trusted(weights_path: str) -> Path:
@@ -98,13 +113,30 @@ def _served_shapes(model: str) -> dict[str, tuple[int, ...]]:
     return checkpoint_shapes(checkpoint_files(folder))
 
 
-def _read_safetensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
+def _read_safetensors(files: list[Path]) -> dict[str, torch.Tensor]:
     from safetensors import safe_open
 
+    tensors = {}
     for file in files:
         with safe_open(str(file), framework="pt") as handle:
             for name in handle.keys():  # noqa: SIM118 (a safetensors handle is not a dict)
-                yield name, handle.get_tensor(name)
+                tensors[name] = handle.get_tensor(name)
+    return tensors
+
+
+def _delta_base(file: Path) -> str | None:
+    from safetensors import safe_open
+
+    with safe_open(str(file), framework="pt") as handle:
+        return (handle.metadata() or {}).get(BASE_KEY)
+
+
+@dataclass
+class _Held:
+    """The worker's host copy of the weights it loaded last, and their version."""
+
+    version: str
+    tensors: dict[str, torch.Tensor]
 
 
 class DiskReloadExtension:
@@ -112,30 +144,50 @@ class DiskReloadExtension:
 
     model_runner: Any
     vllm_config: Any
+    _maxent_held: _Held | None = None
 
-    def maxent_reload_weights(self, weights_path: str) -> dict[str, Any]:
-        """Reload the model from the safetensors files of ``weights_path``; return ``{"tensors": n, "stale": [...]}``.
+    def maxent_reload_weights(self, weights_path: str, version: str = "", keep: str = "") -> dict[str, Any]:
+        """Reload the model from the safetensors files of ``weights_path`` (a whole version, or a delta against the
+        version held); keep them as the next delta's base (named ``version``) when ``keep`` is non-empty.
 
-        ``stale`` names the engine parameters that received no new values, or only part of them (empty: complete).
+        Returns ``{"tensors", "stale", "prefix_caching", "delta", "seconds": {"read", "reload"}}``: the tensors
+        loaded, the engine parameters that received no new values, or only part of them, in ``stale`` (empty:
+        complete), whether the engine caches prefixes, whether a delta was applied.
         Raises FileNotFoundError when ``weights_path`` holds no safetensors file (a directory the server cannot see),
         PermissionError when it is outside the directory the server trusts (`check_trusted`), ValueError when its
-        shapes do not fit the served model (`check_shapes`).
+        shapes do not fit the served model (`check_shapes`) or a delta does not fit the copy held, RuntimeError with
+        `DELTA_BASE_MISSING` for a delta whose base is not held. After any failure, or a reload that left something
+        stale, no copy is held.
         """
         from vllm.config import set_current_vllm_config
 
-        files = sorted(check_trusted(weights_path).glob("*.safetensors"))
+        began = time.perf_counter()
+        folder = check_trusted(weights_path)
+        deltas = sorted(folder.glob("delta-*.safetensors"))
+        files = deltas or sorted(folder.glob("*.safetensors"))
         if not files:
             raise FileNotFoundError(f"no *.safetensors file in {weights_path!r} as the vLLM server sees it")
-        check_shapes(checkpoint_shapes(files), _served_shapes(str(self.vllm_config.model_config.model)))
-        count = 0
-
-        def counted() -> Iterator[tuple[str, torch.Tensor]]:
-            nonlocal count
-            for item in _read_safetensors(files):
-                count += 1
-                yield item
-
+        held, self._maxent_held = self._maxent_held, None
+        if deltas:
+            base = _delta_base(deltas[0])
+            if held is None or held.version != base:
+                holding = "no version" if held is None else f"version {held.version!r}"
+                raise RuntimeError(f"{DELTA_BASE_MISSING} ({base!r}): it holds {holding}")
+            apply_delta(held.tensors, _read_safetensors(deltas))
+            tensors = held.tensors
+        else:
+            check_shapes(checkpoint_shapes(files), _served_shapes(str(self.vllm_config.model_config.model)))
+            tensors = _read_safetensors(files)
+        read = time.perf_counter()
         runner = self.model_runner
         with set_current_vllm_config(self.vllm_config):
-            stale = reload_in_place(runner.get_model(), runner.model_config, counted())
-        return {"tensors": count, "stale": stale}
+            stale = reload_in_place(runner.get_model(), runner.model_config, tensors.items())
+        if keep and not stale:
+            self._maxent_held = _Held(version, tensors)
+        return {
+            "tensors": len(tensors),
+            "stale": stale,
+            "prefix_caching": bool(self.vllm_config.cache_config.enable_prefix_caching),
+            "delta": bool(deltas),
+            "seconds": {"read": read - began, "reload": time.perf_counter() - read},
+        }

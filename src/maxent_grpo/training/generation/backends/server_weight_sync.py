@@ -1,21 +1,23 @@
 """Versioned weights on a vLLM server through a shared directory (the disk transport), pushed again when it restarts.
 
-`ServerWeightSync.write` saves the training weights as a new version (`WeightDirectory`, written atomically); only
-the pushing process (rank 0) writes, every process walks the parameters (gathering shards is collective under
-DeepSpeed ZeRO-3 and FSDP, and so is making a DTensor whole: a model sharded when it was loaded, as FSDP2 runs on
-CPU, yields its parameters as DTensors that TRL's walk leaves sharded). The version names the run (a token rank 0
-draws and broadcasts) and the sync count, so a server shared by mistake with another run, or left over from an
-earlier one, never passes as holding it.
+`ServerWeightSync.write` saves the training weights as a new version (`WeightDirectory`, written atomically): in two
+steps, `stage` (the files, while a generation call from the version before may still be in flight) and `publish`
+(the trainer's version from then on; older versions removed). Only the pushing process (rank 0) writes, every
+process walks the parameters (gathering shards is collective under DeepSpeed ZeRO-3 and FSDP, and so is making a
+DTensor whole: a model sharded when it was loaded, as FSDP2 runs on CPU, yields its parameters as DTensors that TRL's
+walk leaves sharded). The version names the run (a token rank 0 draws and broadcasts) and the sync count, so a
+server shared by mistake with another run, or left over from an earlier one, never passes as holding it.
 
-`ServerWeightSync.ensure`, called before every generation call, asks the server which version it serves
-(``GET /weight_info``, one cheap request). When that is not the trainer's version (after every `write`; after a
-restart, which brings the launch weights back), the pusher loads the version into it:
-``POST /pause?mode=keep``, ``POST /collective_rpc`` running the worker extension's reload (`server_reload_extension`:
-tied layers included, and a report of any engine parameter left stale), ``POST /reset_prefix_cache``,
-``POST /resume``, and last ``POST /update_weight_version``: the server claims the version only once all of it has
-loaded. Once ``/pause`` is sent, the push runs to its end, whatever is left of the step's time budget, and the
-server is resumed whatever ends it (an error, a refusal, sockets cut by a stopping run, Ctrl-C). Any other process
-waits until the server claims it. Failures are of two kinds:
+`ServerWeightSync.ensure`, called before every generation call, makes sure the server serves the trainer's version.
+The pusher loads a version it has not pushed yet at once; otherwise it asks the server which version it serves
+(``GET /weight_info``, one cheap request), and when that is not the trainer's (a restart brings the launch weights
+back) loads it again. A push is ``POST /collective_rpc`` running the worker extension's reload
+(`server_reload_extension`: one engine call between two scheduler steps, so no pause is needed around it; tied layers
+included; a report of any engine parameter left stale), ``POST /reset_prefix_cache`` when the engine caches prefixes,
+and last ``POST /update_weight_version``: the server claims the version only once all of it has loaded. With a
+delta directory (``vllm_weight_delta``) a version is sent as what changed since the one before; a server that does not
+hold that one (a restart) gets the whole version instead. Any other process waits until the server claims it.
+Failures are of two kinds:
 
 - the server cannot be reached (refused connection, timeout): an infrastructure fault; the call generates nothing and
   its groups are retried or dropped like any other missing slots;
@@ -31,7 +33,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import suppress
+from pathlib import Path
 from typing import Any, NoReturn
 
 import requests
@@ -41,7 +43,11 @@ from torch.distributed.tensor import DTensor
 
 from maxent_grpo.training.generation.backends.http_deadline import TRANSIENT_ERRORS, Answer, exchange
 from maxent_grpo.training.generation.backends.protocol import GenerationStopped
-from maxent_grpo.training.generation.backends.server_reload_extension import EXTENSION_QUALNAME, RELOAD_METHOD
+from maxent_grpo.training.generation.backends.server_reload_extension import (
+    DELTA_BASE_MISSING,
+    EXTENSION_QUALNAME,
+    RELOAD_METHOD,
+)
 from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
 
 logger = logging.getLogger(__name__)
@@ -142,9 +148,21 @@ class ServerWeightSync:
         self._pushed: set[str] = set()
         self._refusals = 0
         self._refused: WeightsRefused | None = None
+        self._staged: str | None = None
+        self._told_delta_cost = False
+        #: Seconds the last `stage` took (the walk and, on the pusher, the files), and the parts of the last push.
+        self.write_seconds = 0.0
+        self.push_seconds: dict[str, float] = {}
 
     def write(self, model: torch.nn.Module) -> None:
-        """Save ``model``'s weights as the next version (call it on every process: the walk may be collective).
+        """Save ``model``'s weights as the next version and make it the trainer's (`stage`, then `publish`)."""
+        self.stage(model)
+        self.publish()
+
+    def stage(self, model: torch.nn.Module) -> None:
+        """Save ``model``'s weights as the next version, without making it the trainer's yet (call it on every
+        process: the walk may be collective). A call in flight meanwhile still generates from the version before,
+        whose files stay until `publish`.
 
         Raises `WeightsNotWritten` on every process when the pusher could not write them (a full disk, a directory it
         may not write to): every process still walks all the weights, so none is left waiting in a gather.
@@ -154,6 +172,7 @@ class ServerWeightSync:
         self._writes += 1
         version = f"{self._writes}-{self._token}"
         problem: str | None = None
+        began = time.perf_counter()
         with torch.no_grad():
             tensors = _whole(self.source(model))
             if self.pusher:
@@ -166,7 +185,25 @@ class ServerWeightSync:
         problem = _from_pusher(problem)
         if problem is not None:
             raise WeightsNotWritten(problem)
+        self.write_seconds = time.perf_counter() - began
+        if self.pusher and self.directory.delta is not None and not self._told_delta_cost:
+            self._told_delta_cost = True
+            logger.info(
+                "vllm_weight_delta: this process keeps a host copy of the pushed weights (%.1f MB), and so does "
+                "each vLLM server",
+                self.directory.delta_bytes / 1e6,
+            )
+        self._staged = version
+
+    def publish(self) -> None:
+        """Make the version `stage` wrote the trainer's: the server must serve it before it generates. Call it when
+        no call of this process is in flight (the pusher removes the older versions)."""
+        version, self._staged = self._staged, None
+        if version is None:
+            return
         self.version = version
+        if self.pusher:
+            self.directory.keep_only(version)
 
     def adopt(self, version: str) -> None:
         """Take ``version``, written into the same directory by another `ServerWeightSync` of this process, as the
@@ -181,6 +218,8 @@ class ServerWeightSync:
         """
         if self.version is None:  # nothing written yet: the server's launch weights are the model's
             return True
+        if self.pusher and self.version not in self._pushed:  # a new version: no server can be serving it yet
+            return self._push(None)
         served = self.served_version()
         if served == self.version:
             return True
@@ -253,7 +292,8 @@ class ServerWeightSync:
                 return False
             time.sleep(min(_WAIT_POLL_SECONDS, remaining))
 
-    def _push(self, served: str) -> bool:
+    def _push(self, served: str | None) -> bool:
+        """Push the trainer's version (``served``: what the server said it serves, None when not asked)."""
         if self._refused is not None:
             raise self._refused
         version = self.version
@@ -279,6 +319,9 @@ class ServerWeightSync:
                 cause = f"{type(exc).__name__}: {exc}"
                 logger.warning("weight push to %s failed (attempt %d): %s", self.base_url, attempt, cause)
                 continue
+            except LookupError as exc:  # a newer version is written: this one cannot be pushed whole any more
+                cause = str(exc)
+                break
             if refusal is None:
                 self._count("weight_pushes")
                 self._pushed.add(version)
@@ -302,75 +345,76 @@ class ServerWeightSync:
         return False
 
     def _push_once(self, version: str) -> str | None:
-        """One push of ``version``; returns why the server refused it, or None. Raises `TRANSIENT_ERRORS`.
+        """One push of ``version``; returns why the server refused it, or None. Raises `TRANSIENT_ERRORS`, and
+        LookupError when the server needs the whole version and it is no longer held (a newer one is written).
 
-        Once ``POST /pause`` is sent, the server is resumed whatever ends the push: a refusal, an error, the step's
-        time budget running out while an answer is awaited, sockets cut by a stopping run, Ctrl-C. A server left
-        paused would hold every client's requests.
+        The reload is sent as a delta when the version is one; a server that does not hold the delta's base (a
+        restart) is sent the whole version at once, in the same push. A push cut off part-way (Ctrl-C, sockets cut,
+        the step's deadline) leaves the server generating from whatever it loaded, never claiming this version.
         """
-        path = str(self.directory.path(version))
-        payload = {"method": RELOAD_METHOD, "kwargs": {"weights_path": path}}
-        resume: Answer | None = None
-        try:
-            pause = self._exchange("POST", "/pause?mode=keep", None, self.request_timeout)
-            if pause.status == 404:
-                self._stop(f"the vLLM server at {self.base_url} has no POST /pause: {_SERVER_HINT}")
-            if pause.status != 200:
-                return f"POST /pause answered HTTP {pause.status}: {pause.text(300)}"
-            # Paused: the push runs to its end, whatever is left of the step's time budget.
-            reload = self._exchange("POST", "/collective_rpc", payload, self.request_timeout, within_step=False)
-            refusal = self._reload_problem(reload)
-            if refusal is None:
-                reset = self._exchange("POST", "/reset_prefix_cache", None, self.request_timeout, within_step=False)
-                if reset.status != 200:
-                    refusal = f"POST /reset_prefix_cache answered HTTP {reset.status}: {reset.text(300)}"
-            resume = self._resume()
-        finally:
-            if resume is None:
-                with suppress(*TRANSIENT_ERRORS):  # leave the server generating if it still answers
-                    self._resume()
+        began = time.perf_counter()
+        seconds: dict[str, float] = {}
+        keep = "1" if self.directory.delta is not None else ""
+        path = self.directory.path(version)
+        reload = self._reload(path, version, keep)
+        if reload.status != 200 and DELTA_BASE_MISSING in reload.text(600):
+            logger.info(
+                "the vLLM server at %s does not hold the base of delta %r: sending it whole", self.base_url, version
+            )
+            reload = self._reload(self.directory.full_path(version), version, keep)
+        seconds["reload_request"] = time.perf_counter() - began
+        refusal, report = self._reload_problem(reload)
         if refusal is not None:
             return refusal
-        if resume.status != 200:
-            return f"POST /resume answered HTTP {resume.status}: {resume.text(300)}"
+        seconds |= {f"server_{part}": value for part, value in report.get("seconds", {}).items()}
+        if report.get("prefix_caching", True):
+            started = time.perf_counter()
+            reset = self._exchange("POST", "/reset_prefix_cache", None, self.request_timeout, within_step=False)
+            seconds["reset_prefix_cache"] = time.perf_counter() - started
+            if reset.status != 200:
+                return f"POST /reset_prefix_cache answered HTTP {reset.status}: {reset.text(300)}"
+        started = time.perf_counter()
         claimed = self._exchange(
             "POST", "/update_weight_version", {"new_version": version}, self.request_timeout, within_step=False
         )
+        seconds["claim"] = time.perf_counter() - started
         if claimed.status != 200:
             return f"POST /update_weight_version answered HTTP {claimed.status}: {claimed.text(300)}"
+        self.push_seconds = seconds | {"total": time.perf_counter() - began}
         return None
 
-    def _resume(self) -> Answer:
-        """``POST /resume``, tried twice: vLLM closes the connection after an error answer (a failed reload), and a
-        request sent on it meanwhile is reset."""
-        try:
-            return self._exchange("POST", "/resume", None, self.request_timeout, within_step=False)
-        except TRANSIENT_ERRORS:
-            return self._exchange("POST", "/resume", None, self.request_timeout, within_step=False)
+    def _reload(self, path: Path, version: str, keep: str) -> Answer:
+        """``POST /collective_rpc`` of the extension's reload of ``path`` (it runs to its end once sent, whatever is
+        left of the step's time budget)."""
+        payload = {"method": RELOAD_METHOD, "kwargs": {"weights_path": str(path), "version": version, "keep": keep}}
+        return self._exchange("POST", "/collective_rpc", payload, self.request_timeout, within_step=False)
 
-    def _reload_problem(self, answer: Answer) -> str | None:
+    def _reload_problem(self, answer: Answer) -> tuple[str | None, dict[str, Any]]:
+        """Why the reload's answer refuses the weights (None: taken), and the first worker's report."""
         text = answer.text(600)
         if answer.status == 404 or (RELOAD_METHOD in text and "has no attribute" in text):
             self._stop(f"the vLLM server at {self.base_url} cannot reload weights from a directory: {_SERVER_HINT}")
         if answer.status != 200:
-            return f"the reload answered HTTP {answer.status}: {text}"
+            return f"the reload answered HTTP {answer.status}: {text}", {}
         try:
             reports = answer.json()["results"]
             stale = [name for report in reports for name in report["stale"]]
         except (ValueError, KeyError, TypeError):
-            return f"the reload answered without a report: {text}"
+            return f"the reload answered without a report: {text}", {}
         if not reports:
-            return "the reload answered with no worker's report"
+            return "the reload answered with no worker's report", {}
         if stale:
-            return f"the server's engine received no new weights, or only part of them, for {stale[:8]}"
-        return None
+            return f"the server's engine received no new weights, or only part of them, for {stale[:8]}", {}
+        return None, reports[0]
 
     def _stop(self, message: str) -> NoReturn:
         """Refuse this run's weights for good: mark the server (so other processes stop waiting) and raise."""
         self._refused = WeightsRefused(message)
-        try:
-            marker = {"new_version": f"{self.version}{_REFUSED_SUFFIX}"}
-            self._exchange("POST", "/update_weight_version", marker, _VERSION_TIMEOUT_SECONDS, within_step=False)
-        except TRANSIENT_ERRORS as exc:
-            logger.info("could not mark the refused version on %s: %s", self.base_url, exc)
+        marker = {"new_version": f"{self.version}{_REFUSED_SUFFIX}"}
+        for _ in range(2):  # a server that answered the refusal with an error may close the kept-alive connection
+            try:
+                self._exchange("POST", "/update_weight_version", marker, _VERSION_TIMEOUT_SECONDS, within_step=False)
+                break
+            except TRANSIENT_ERRORS as exc:
+                logger.info("could not mark the refused version on %s: %s", self.base_url, exc)
         raise self._refused

@@ -124,6 +124,9 @@ class VLLMServerBackend:
             run with ``VLLM_SERVER_DEV_MODE=1`` and the worker extension (``maxent-grpo vllm-serve`` starts one so).
             A server that keeps refusing the weights stops training (`WeightsRefused`); completions generated while
             the server's version changed are marked failed and counted (``stale_completions``).
+        weight_delta: with ``weights_directory`` given as a path, write each version after the first as a delta
+            against the one before (`weight_delta`; the pushing process and the server each keep a host copy of the
+            weights). A `WeightDirectory` given as ``weights_directory`` says so itself.
         weight_source: with ``weights_directory``, the model's tensors under vLLM's names; default
             ``model.named_parameters()``. The trainer passes TRL's parameter walk, which gathers DeepSpeed ZeRO-3 and
             FSDP shards and merges PEFT adapters.
@@ -160,7 +163,8 @@ class VLLMServerBackend:
         max_concurrency: int = 16,
         connection_timeout: float = 60.0,
         weight_sync: Callable[[], None] | None = None,
-        weights_directory: str | Path | None = None,
+        weights_directory: str | Path | WeightDirectory | None = None,
+        weight_delta: bool = False,
         weight_source: WeightSource = parameters,
         api_key: str | None = None,
     ) -> None:
@@ -210,7 +214,9 @@ class VLLMServerBackend:
             else ServerWeightSync(
                 self.base_url,
                 self._transport.session,
-                WeightDirectory(weights_directory),
+                weights_directory
+                if isinstance(weights_directory, WeightDirectory)
+                else WeightDirectory(weights_directory, delta=weight_delta),
                 source=weight_source,
                 request_timeout=self.request_timeout,
                 max_attempts=self.max_attempts,
@@ -322,6 +328,25 @@ class VLLMServerBackend:
                 "(completions come from the model the server at %s was started with).",
                 self.base_url,
             )
+
+    def stage_weights(self, model: torch.nn.Module) -> None:
+        """With ``weights_directory``: write the training weights as the next version, while a call from the version
+        before may still be in flight; `publish_staged_weights` then makes it the version the server must serve.
+        Without it: nothing (`sync_weights` does the whole sync)."""
+        if self._weights is not None:
+            self._weights.stage(model)
+
+    def publish_staged_weights(self) -> None:
+        """Make the version `stage_weights` wrote the one the server must serve (no call of this backend may be in
+        flight)."""
+        if self._weights is not None:
+            self._weights.publish()
+
+    @property
+    def disk_weights(self) -> ServerWeightSync | None:
+        """The disk transport's versions on this server (`ServerWeightSync`: what the last write and push took, too),
+        or None without ``weights_directory``."""
+        return self._weights
 
     def cancel_requests(self) -> None:
         """Cut off every request in flight now (weight pushes included); each ends as an infrastructure failure, and

@@ -57,6 +57,7 @@ from maxent_grpo.training.generation.backends.server_transport import (
     VLLMServerUnavailableError,
 )
 from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
+from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,9 @@ class VLLMServerPool:
             "http://gen1:8000"]``; a server's index in this list names it in ``stats`` and in log lines.
         weights_directory: the disk transport's directory, which every server must read under the same path; None:
             the servers keep their own weights (off-policy, warned once).
+        weight_delta: with ``weights_directory`` given as a path, write each version after the first as a delta
+            (`VLLMServerBackend`'s ``weight_delta``); a server that does not hold the version before gets the whole
+            version. A `WeightDirectory` given as ``weights_directory`` says so itself.
         api_key: the servers' key (`server_key_guard`), the same for all of them; None: no key.
         **options: the other arguments of `VLLMServerBackend` (``tokenizer`` and ``sampling`` among them), the same
             for every server.
@@ -91,7 +95,8 @@ class VLLMServerPool:
         self,
         base_urls: Sequence[str],
         *,
-        weights_directory: str | Path | None = None,
+        weights_directory: str | Path | WeightDirectory | None = None,
+        weight_delta: bool = False,
         api_key: str | None = None,
         **options: Any,
     ) -> None:
@@ -102,13 +107,18 @@ class VLLMServerPool:
         if repeated:
             raise ValueError(f"each server URL must appear once, got {repeated} more than once")
         sampling: SamplingSettings = options.pop("sampling")
+        # One directory for all: each version is written once, and a delta's whole weights once, for any server.
+        directory = (
+            weights_directory
+            if weights_directory is None or isinstance(weights_directory, WeightDirectory)
+            else WeightDirectory(weights_directory, delta=weight_delta)
+        )
         self.servers = [
             VLLMServerBackend(
-                url, sampling=_member_sampling(sampling, k), weights_directory=weights_directory, api_key=api_key,
-                **options,
+                url, sampling=_member_sampling(sampling, k), weights_directory=directory, api_key=api_key, **options
             )
             for k, url in enumerate(urls)
-        ]  # fmt: skip
+        ]
         self.base_urls = [server.base_url for server in self.servers]
         self.wants_logprobs = self.servers[0].wants_logprobs
         self._headers = authorization_headers(api_key)
@@ -207,9 +217,20 @@ class VLLMServerPool:
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Write the training weights once as a new version, which every server must serve before it generates."""
-        first = self.servers[0]
-        first.sync_weights(model)
-        version = first.weight_version
+        self.servers[0].sync_weights(model)
+        self._adopt()
+
+    def stage_weights(self, model: torch.nn.Module) -> None:
+        """Write the training weights once as the next version (`VLLMServerBackend.stage_weights`)."""
+        self.servers[0].stage_weights(model)
+
+    def publish_staged_weights(self) -> None:
+        """Make the staged version the one every server must serve before it generates."""
+        self.servers[0].publish_staged_weights()
+        self._adopt()
+
+    def _adopt(self) -> None:
+        version = self.servers[0].weight_version
         if version is not None:
             for server in self.servers[1:]:
                 server.adopt_weight_version(version)

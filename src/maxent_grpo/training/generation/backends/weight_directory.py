@@ -1,28 +1,51 @@
 """Versions of the training weights as safetensors directories that a vLLM server reloads from (the disk transport).
 
-`WeightDirectory.write` streams named tensors into ``<root>/weights-<version>/model-<k>.safetensors`` shards of at
-most `SHARD_BYTES` each, inside a hidden ``.incomplete-weights-<version>`` directory that is renamed into place once
-every shard is on disk, so a server never sees a half-written version (a rename is atomic on one file system, local or
-shared).
-A version is named ``<count>-<run>``. Older versions of the same run are removed afterwards: the latest complete one
-is all a restarted server needs. A run holds an exclusive lock (``flock``) on ``.run-<run>.lock`` in the directory
-while it writes there, so versions of a run that still holds its lock are left alone (two runs pointed at one
-directory, by mistake or on a shared mount, never delete what the other's server still has to load), and those of
+`WeightDirectory.write` streams named tensors into ``<root>/weights-<version>/`` (`tensor_files.ShardWriter`: each
+tensor written as the walk yields it, shards of at most `SHARD_BYTES`) inside a hidden
+``.incomplete-weights-<version>`` directory that is renamed into place once every shard is on disk, so a server never
+sees a half-written version (a rename is atomic on one file system, local or shared). A version holds either the
+whole weights (``model-<k>.safetensors``) or, with ``delta=True`` and a version written before, only what changed
+since that one (``delta-<k>.safetensors``, `weight_delta`; a delta in which every tensor changed whole is written as
+the whole weights). `WeightDirectory.full_path` writes a delta version's whole weights beside it on demand, for a
+server that does not hold its base (a restart).
+
+A version is named ``<count>-<run>``. `WeightDirectory.keep_only` removes the other versions of the run (the latest
+complete one is all a restarted server needs; the caller says when no push of an older one can still be in flight)
+and every version of runs that have ended. A run holds an exclusive lock (``flock``) on ``.run-<run>.lock`` in the
+directory while it writes there, so versions of a run that still holds its lock are left alone (two runs pointed at
+one directory, by mistake or on a shared mount, never delete what the other's server still has to load), and those of
 runs that have ended (a resumed run is a new run) are removed with their lock files, half-written ones included.
+With ``remove_at_exit`` (a memory-backed directory, which would otherwise hold them in memory until the next run
+there) the versions of its runs are removed too when the `WeightDirectory` is garbage collected or the process exits.
 """
 
 from __future__ import annotations
 
 import fcntl
 import shutil
+import threading
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
 import torch
 
-#: Most bytes per safetensors shard (a shard is held in memory while it is written).
+from maxent_grpo.training.generation.backends.tensor_files import HEADER_RESERVE, ShardWriter
+from maxent_grpo.training.generation.backends.weight_delta import (
+    BASE_KEY,
+    FORMAT,
+    FORMAT_KEY,
+    VERSION_KEY,
+    DeltaSource,
+)
+
+#: Most bytes per safetensors shard.
 SHARD_BYTES = 1 << 30
+#: File name prefixes of a version's whole weights and of a delta.
+FULL_PREFIX, DELTA_PREFIX = "model", "delta"
+#: The folder inside a delta version that holds its whole weights once `WeightDirectory.full_path` wrote them.
+FULL_FOLDER = "full"
 _VERSION_PREFIX = "weights-"
 _INCOMPLETE_PREFIX = f".incomplete-{_VERSION_PREFIX}"
 _LOCK_PREFIX, _LOCK_SUFFIX = ".run-", ".lock"
@@ -30,23 +53,46 @@ _LOCK_PREFIX, _LOCK_SUFFIX = ".run-", ".lock"
 
 class WeightDirectory:
     """The versions under ``root`` (created when missing). Version names, ``<count>-<run>``, must be valid directory
-    names."""
+    names.
 
-    def __init__(self, root: str | Path) -> None:
+    Args:
+        root: the directory.
+        delta: write each version after the first as a delta against the one before (`weight_delta`). The process
+            then keeps a host copy of the last version written (`delta_bytes`).
+        remove_at_exit: remove this object's versions when it is garbage collected or the process exits (by default
+            the run's latest version stays until a later run writes into the directory).
+    """
+
+    def __init__(self, root: str | Path, *, delta: bool = False, remove_at_exit: bool = False) -> None:
         self.root = Path(root).absolute()
+        self.delta = DeltaSource() if delta else None
         self._held: dict[str, IO[bytes]] = {}  # run -> its lock file, open (and locked) while this object lives
+        self._lock = threading.Lock()  # the delta's host copy: written by `write`, read by `full_path`
+        self._reserve = HEADER_RESERVE
+        if remove_at_exit:
+            weakref.finalize(self, _remove_runs, self.root, self._held)
 
     def path(self, version: str) -> Path:
         """Where ``version`` lives once written."""
         return self.root / f"{_VERSION_PREFIX}{version}"
 
-    def write(self, version: str, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Path:
-        """Write ``named_tensors`` (checkpoint names, each once) as ``version``; remove the other versions of its run
-        and every version of runs that have ended.
+    @property
+    def delta_bytes(self) -> int:
+        """Bytes of the host copy a delta directory keeps (0 without ``delta``)."""
+        return 0 if self.delta is None else self.delta.nbytes
 
-        Tensors are copied to the CPU one at a time (a ZeRO-3 or FSDP walk frees each gathered tensor as it moves on).
+    def is_delta(self, version: str) -> bool:
+        """Whether ``version`` was written as a delta."""
+        return any(self.path(version).glob(f"{DELTA_PREFIX}-*.safetensors"))
+
+    def write(self, version: str, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Path:
+        """Write ``named_tensors`` (checkpoint names, each once) as ``version``; the versions already there stay
+        (`keep_only` removes them).
+
+        Each tensor is written as it is yielded (a ZeRO-3 or FSDP walk frees each gathered tensor as it moves on).
         Returns the version's directory. Raises ValueError when no tensor was given, and what writing raised (a full
-        disk: OSError) with nothing of this version left behind; the versions already there stay.
+        disk: OSError) with nothing of this version left behind; a delta directory then writes its next version
+        whole.
         """
         self.root.mkdir(parents=True, exist_ok=True)
         run = _run_of(version)
@@ -54,37 +100,101 @@ class WeightDirectory:
         staging = self.root / f"{_INCOMPLETE_PREFIX}{version}"
         staging.mkdir()
         try:
-            self._write_shards(staging, version, named_tensors)
+            with self._lock:
+                self._write_version(staging, version, named_tensors)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         target = self.path(version)
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
-        self._remove_older(target, run)
         return target
 
-    def _write_shards(self, staging: Path, version: str, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        from safetensors.torch import save_file
+    def _write_version(self, staging: Path, version: str, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        delta = self.delta
+        if delta is None:
+            self._write_files(staging, FULL_PREFIX, named_tensors)
+            return
+        base, delta.version = delta.version, None  # no base while the host copy is being brought up to date
+        if base is None:  # the first version (or one after a failed write): whole, and the host copy taken
+            delta.values.clear()
+            self._write_files(staging, FULL_PREFIX, delta.entries(named_tensors))
+        else:
+            metadata = {FORMAT_KEY: FORMAT, BASE_KEY: base, VERSION_KEY: version}
+            self._write_files(staging, DELTA_PREFIX, delta.entries(named_tensors), metadata, allow_empty=True)
+            stats = delta.stats
+            if not stats.unchanged and not stats.sparse:  # every tensor changed whole: not smaller, a full version
+                for shard in staging.glob(f"{DELTA_PREFIX}-*.safetensors"):
+                    shard.rename(shard.with_name(FULL_PREFIX + shard.name[len(DELTA_PREFIX) :]))
+        delta.version = version
 
-        shard: dict[str, torch.Tensor] = {}
-        shard_bytes = 0
+    def full_path(self, version: str) -> Path:
+        """The directory of ``version``'s whole weights: the version itself, or for a delta the whole weights written
+        into its `FULL_FOLDER` (now, from the host copy, when not yet there).
+
+        Raises:
+            LookupError: ``version`` is a delta that is no longer the last version written (its whole weights are not
+                held any more).
+        """
+        target = self.path(version)
+        if not self.is_delta(version):
+            return target
+        folder = target / FULL_FOLDER
+        with self._lock:
+            if folder.is_dir():
+                return folder
+            delta = self.delta
+            if delta is None or delta.version != version:
+                raise LookupError(f"the whole weights of version {version!r} are not held any more")
+            staging = target / f".incomplete-{FULL_FOLDER}"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            try:
+                self._write_files(staging, FULL_PREFIX, delta.values.items())
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            staging.rename(folder)
+        return folder
+
+    def _write_files(
+        self,
+        staging: Path,
+        prefix: str,
+        named_tensors: Iterable[tuple[str, torch.Tensor]],
+        metadata: dict[str, str] | None = None,
+        *,
+        allow_empty: bool = False,
+    ) -> None:
+        writer: ShardWriter | None = None
         shards = 0
-        for name, tensor in named_tensors:
-            copy = tensor.detach().to("cpu", copy=True).contiguous()
-            if shard and shard_bytes + copy.nbytes > SHARD_BYTES:
-                shards += 1
-                save_file(shard, str(staging / f"model-{shards:05d}.safetensors"))
-                shard, shard_bytes = {}, 0
-            shard[name] = copy
-            shard_bytes += copy.nbytes
-        if not shard and not shards:
-            raise ValueError(f"no tensors to write as weight version {version!r}")
-        if shard:
-            shards += 1
-            save_file(shard, str(staging / f"model-{shards:05d}.safetensors"))
+        try:
+            for name, tensor in named_tensors:
+                if writer is None or not writer.fits(tensor, SHARD_BYTES):
+                    if writer is not None:
+                        self._finish(writer)
+                    shards += 1
+                    shard = staging / f"{prefix}-{shards:05d}.safetensors"
+                    writer = ShardWriter(shard, reserve=self._reserve, metadata=metadata)
+                writer.add(name, tensor)
+            if writer is None:
+                if not allow_empty:
+                    raise ValueError(f"no tensors to write into {staging.name}")
+                writer = ShardWriter(staging / f"{prefix}-00001.safetensors", reserve=self._reserve, metadata=metadata)
+            self._finish(writer)
+        except BaseException:
+            if writer is not None:
+                writer.abandon()
+            raise
 
-    def _remove_older(self, current: Path, run: str) -> None:
+    def _finish(self, writer: ShardWriter) -> None:
+        length = writer.finish()
+        if length > self._reserve:  # the next file reserves what this one needed
+            self._reserve = length
+
+    def keep_only(self, version: str) -> None:
+        """Remove every other version of ``version``'s run, and every version of runs that have ended."""
+        current, run = self.path(version), _run_of(version)
         ended: dict[str, bool] = {run: False}
         for entry in self.root.iterdir():
             for prefix in (_VERSION_PREFIX, _INCOMPLETE_PREFIX):
@@ -114,6 +224,16 @@ class WeightDirectory:
         except BlockingIOError:
             return False
         return True
+
+
+def _remove_runs(root: Path, held: dict[str, IO[bytes]]) -> None:
+    """Remove the versions of the runs in ``held`` and their lock files (the directory is no longer written)."""
+    for run, handle in list(held.items()):
+        for entry in root.glob(f"*{_VERSION_PREFIX}*-{run}"):
+            shutil.rmtree(entry, ignore_errors=True)
+        (root / f"{_LOCK_PREFIX}{run}{_LOCK_SUFFIX}").unlink(missing_ok=True)
+        handle.close()
+    held.clear()
 
 
 def _run_of(version: str) -> str:

@@ -18,6 +18,7 @@ from maxent_grpo.training.generation.backends.capabilities import (
     SupportsSamplerLogprobs,
     SupportsStats,
     SupportsTokenPrompts,
+    SupportsWeightStaging,
     SupportsWeightSync,
     SupportsWeightVersion,
     check_backend,
@@ -42,6 +43,14 @@ class Bare:
 
 class WithWeightSync(Bare):
     def sync_weights(self, model):
+        pass
+
+
+class WithWeightStaging(Bare):
+    def stage_weights(self, model):
+        pass
+
+    def publish_staged_weights(self):
         pass
 
 
@@ -87,6 +96,7 @@ class WithWeightVersion(Bare):
 
 ONE_EACH = {
     SupportsWeightSync: WithWeightSync,
+    SupportsWeightStaging: WithWeightStaging,
     SupportsDeadline: WithDeadline,
     SupportsStats: WithStats,
     SupportsFailureReasons: WithFailureReasons,
@@ -129,6 +139,7 @@ def test_the_built_in_backends_fit_their_capabilities(tiny_tokenizer):
     expected = {
         server: {
             SupportsWeightSync,
+            SupportsWeightStaging,
             SupportsDeadline,
             SupportsStats,
             SupportsCancel,

@@ -1,6 +1,7 @@
 """`WeightDirectory` and `ServerWeightSync.write` on a real file system: versions appear whole or not at all, older
-ones of the same run go (another run's stay), and a write that fails leaves nothing of its version and stops with
-one line after the whole walk."""
+ones of the same run go once the newer one is published (another run's stay), a memory-backed directory is emptied
+when its run ends, and a write that fails leaves nothing of its version and stops with one line after the whole
+walk."""
 
 from __future__ import annotations
 
@@ -27,11 +28,13 @@ def read(version_dir: Path) -> dict[str, torch.Tensor]:
     return loaded
 
 
-def test_a_version_is_written_whole_and_replaces_the_older_ones(tmp_path: Path):
+def test_a_version_is_written_whole_and_replaces_the_older_ones_once_kept_alone(tmp_path: Path):
     directory = WeightDirectory(tmp_path / "weights")
     first = directory.write("1-run", TENSORS.items())
     (tmp_path / "weights" / "notes.txt").write_text("not a version")
     second = directory.write("2-run", ((name, 2 * t) for name, t in TENSORS.items()))
+    assert first.is_dir()  # a call in flight may still need it: it stays until the caller says otherwise
+    directory.keep_only("2-run")
 
     assert second == directory.path("2-run") and not first.exists()
     assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == [".run-run.lock", "notes.txt", "weights-2-run"]
@@ -70,7 +73,9 @@ def test_what_an_ended_run_left_is_removed_by_the_next_write_and_a_live_runs_ver
     (tmp_path / "weights-1-nolock").mkdir()  # written by a run that never took a lock
     live = WeightDirectory(tmp_path)
     live.write("1-live", TENSORS.items())
-    WeightDirectory(tmp_path).write("8-run", TENSORS.items())
+    later = WeightDirectory(tmp_path)
+    later.write("8-run", TENSORS.items())
+    later.keep_only("8-run")
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         ".run-live.lock",
         ".run-run.lock",
@@ -85,13 +90,26 @@ def test_runs_sharing_a_directory_remove_only_their_own_versions(tmp_path: Path)
     run_c.write("1-runc", TENSORS.items())
     (tmp_path / ".incomplete-weights-2-runc").mkdir()  # run c writing its next version right now
     run_b.write("1-runb", TENSORS.items())
+    run_b.keep_only("1-runb")
     run_a.write("2-runa", TENSORS.items())
+    run_a.keep_only("2-runa")
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [
         ".incomplete-weights-2-runc",
         "weights-1-runb",
         "weights-1-runc",
         "weights-2-runa",
     ]
+
+
+def test_a_directory_removed_at_exit_keeps_nothing_of_its_run_once_the_process_ends(tmp_path: Path):
+    script = (
+        "import sys, torch\nfrom maxent_grpo.training.generation.backends.weight_directory import WeightDirectory\n"
+        "d = WeightDirectory(sys.argv[1], remove_at_exit=True)\n"
+        "d.write('1-gone', [('w', torch.ones(2))]); d.write('2-gone', [('w', torch.zeros(2))])\n"
+    )
+    WeightDirectory(tmp_path).write("1-other", TENSORS.items())  # another run's version, whose run is alive
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run-other.lock", "weights-1-other"]
 
 
 def test_no_tensors_is_refused(tmp_path: Path):
@@ -123,6 +141,26 @@ def test_a_sync_whose_weights_cannot_be_written_stops_with_one_line_after_walkin
     assert "\n" not in message
     assert walked == [name for name, _ in model.named_parameters()]  # every gather still happened
     assert sync.version is None  # the server is never asked to serve it
+
+
+def test_a_staged_version_is_the_trainers_only_once_published(tmp_path: Path):
+    model = torch.nn.Linear(2, 2)
+    sync = sync_writing_to(tmp_path, [])
+    sync.write(model)
+    served = sync.version
+    assert served is not None
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    sync.stage(model)
+    assert sync.version == served  # a call in flight still claims, and may still load, the version before
+    assert sorted(p.name for p in tmp_path.glob("weights-*")) == sorted(
+        f"weights-{v}" for v in (served, f"2-{served.split('-', 1)[1]}")
+    )
+    sync.publish()
+    assert sync.version is not None and sync.version.startswith("2-")
+    assert [p.name for p in tmp_path.glob("weights-*")] == [f"weights-{sync.version}"]
+    sync.publish()  # nothing staged: nothing changes
+    assert sync.version.startswith("2-")
 
 
 def test_a_sync_writes_each_version_under_the_run_token(tmp_path: Path):

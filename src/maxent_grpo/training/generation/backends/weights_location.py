@@ -1,0 +1,89 @@
+"""Where the disk transport writes the weights when ``vllm_weights_dir`` is not set.
+
+With every server on this machine (loopback URLs) the weights go to a memory-backed directory, ``/dev/shm`` (a
+``tmpfs`` on Linux), when it has room for `ROOM_FACTOR` times the model: the server then reads pages that never
+touch a disk, and a busy disk (checkpoints, datasets) cannot stall a push. A server elsewhere reads the weights
+over a shared file system, so they go to ``<output_dir>/_vllm-weights`` (`DEFAULT_WEIGHTS_FOLDER`), as do the
+weights of a run whose ``/dev/shm`` is missing, too small, or not this user's alone.
+
+Written here because neither TRL nor vLLM picks a directory for a weight transport of this kind.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+#: The disk transport's folder inside ``output_dir`` when the weights do not go to memory. Its leading underscore
+#: keeps it out of every Hub upload the Trainer makes (`push_to_hub`, and the pushes of ``hub_strategy``: they ignore
+#: ``_*`` and ``checkpoint-*``), which would otherwise send an outdated copy of the model, mid-rewrite.
+DEFAULT_WEIGHTS_FOLDER = "_vllm-weights"
+#: The memory-backed file system whose subdirectory the weights go to.
+MEMORY_ROOT = Path("/dev/shm")
+#: Room asked of `MEMORY_ROOT`, in model sizes: the version being written, the one a server may still be loading,
+#: and a delta version's whole weights written for a restarted server.
+ROOM_FACTOR = 3
+
+
+def is_loopback(url: str) -> bool:
+    """Whether ``url``'s host is this machine's loopback (``localhost``, 127.0.0.0/8, ``::1``)."""
+    host = urlsplit(url if "//" in url else f"//{url}").hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def memory_directory(needed_bytes: int, *, root: Path = MEMORY_ROOT) -> Path | None:
+    """This user's directory under the memory-backed ``root`` (``maxent-grpo-weights-<uid>``, created with mode 0700),
+    or None when ``root`` is not a ``tmpfs``, has less than ``needed_bytes`` free, or the directory exists but is not
+    this user's alone (another user could read or replace the weights)."""
+    if not _is_tmpfs(root):
+        return None
+    try:
+        stats = os.statvfs(root)
+    except OSError:
+        return None
+    if stats.f_bavail * stats.f_frsize < needed_bytes:
+        return None
+    directory = root / f"maxent-grpo-weights-{os.getuid()}"
+    try:
+        directory.mkdir(mode=0o700, exist_ok=True)
+        info = directory.lstat()
+    except OSError:
+        return None
+    if not directory.is_dir() or directory.is_symlink() or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        return None
+    return directory
+
+
+def weights_root(configured: str | None, output_dir: str | Path, server_urls: Sequence[str], model_bytes: int) -> Path:
+    """The disk transport's directory: ``configured`` (``vllm_weights_dir``) when set; else the memory-backed
+    `memory_directory` when every one of ``server_urls`` is on loopback and it has room for `ROOM_FACTOR` times
+    ``model_bytes``; else ``<output_dir>/_vllm-weights``."""
+    if configured:
+        return Path(configured)
+    if server_urls and all(is_loopback(url) for url in server_urls):
+        memory = memory_directory(ROOM_FACTOR * model_bytes)
+        if memory is not None:
+            return memory
+    return Path(output_dir) / DEFAULT_WEIGHTS_FOLDER
+
+
+def _is_tmpfs(path: Path) -> bool:
+    """Whether ``path`` is the mount point of a ``tmpfs`` (``/proc/self/mounts``; False where it cannot be read)."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return False
+    target = str(path)
+    for line in mounts:
+        fields = line.split()
+        if len(fields) > 2 and fields[1] == target and fields[2] == "tmpfs":
+            return True
+    return False
