@@ -112,9 +112,11 @@ class MaxEntGRPOConfig(GRPOConfig):
             "help": "Directory of the disk weight transfer; the vLLM server must read it under the same path (a "
             "shared file system across machines). Only the run's latest version is kept. None: with every server on "
             "this machine (loopback URLs), a memory-backed directory, `/dev/shm/maxent-grpo-weights-<uid>`, when it "
-            "has room for three copies of the model (its versions removed when the run ends); else "
-            "`<output_dir>/_vllm-weights`, which the Trainer's Hub uploads leave out (they ignore `_*`). A server "
-            "started with `vllm-serve --weights-root` reads only under that root: set this inside it."
+            "has room for three copies of the model and is this user's alone (its versions removed when the run "
+            "ends; a run killed outright leaves them until the next run there); else `<output_dir>/_vllm-weights`, "
+            "which the Trainer's Hub uploads leave out (they ignore `_*`). Set it when a server on this machine "
+            "cannot read that memory (in a container, as another user). A server started with "
+            "`vllm-serve --weights-root` reads only under that root: set this inside it."
         },
     )
     vllm_weight_delta: bool = field(
@@ -123,8 +125,9 @@ class MaxEntGRPOConfig(GRPOConfig):
             "help": "Disk weight transfer: write each version after the first as what changed since the one "
             "before (whole tensors, or the changed elements of a tensor where few changed, bit for bit); a server "
             "that does not hold that version (a restart) is sent the whole version. Costs a host copy of the "
-            "weights in the pushing process and in each server; pays off when most weights stay bit-identical "
-            "between steps (bf16 weights, frozen layers, small learning rates)."
+            "weights in the pushing process and in each worker of each server (one per tensor-parallel rank), and the "
+            "server still reloads every tensor from its copy (only the bytes written and read shrink); pays off when "
+            "most weights stay bit-identical between steps (bf16 weights, frozen layers, small learning rates)."
         },
     )
     vllm_server_base_urls: list[str] | None = field(

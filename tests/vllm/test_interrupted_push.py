@@ -1,4 +1,4 @@
-"""A weight push ended at any point leaves the real server generating, never paused, and the next push succeeds.
+"""A weight push ended at any point leaves the real server generating, and the next push succeeds.
 
 A push sends no pause: the reload runs as one engine call between two scheduler steps. Against the session's server
 (`shared_server`): `ServerWeightSync` pushes a version and the push is ended once the server has answered one of its
@@ -6,8 +6,8 @@ requests (the server did what it asked: reloaded, claimed the version),
 the way a run ends it: Ctrl-C in a synchronous run (`KeyboardInterrupt`), a stopping run cutting its sockets
 (`AsyncGeneration.close`: the exchange breaks off), or the step's time budget running out while the answer is awaited
 (`requests.Timeout`). A response hook on the push's HTTP session raises the ending when that answer arrives, so each
-cell ends at a chosen request on a real server. Whatever ended it, the server must not be left paused (a paused
-server holds every client's requests), must answer at once, and must take the version at the next push.
+cell ends at a chosen request on a real server. Whatever ended it, the server must answer at once, must not claim a
+version it was not told to, and must take the version at the next push.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def test_a_push_ended_part_way_leaves_the_server_generating(
         assert sync.ensure() is False  # an infrastructure failure: this call generates nothing
     assert end.fired
 
-    paused = requests.get(f"{shared_server.base_url}/is_paused", timeout=10).json()["is_paused"]
-    assert paused is False, f"the server was left paused after a push ended at {stage} by {ending}"
+    if stage == "/collective_rpc":  # ended before the claim: the server must not pass as serving the version
+        assert sync.served_version() != sync.version
     assert len(server_logprobs(shared_server.base_url, [5, 6, 7])) == 2  # and it answers a request at once
     assert sync.ensure() is True  # the next generation call's push takes the version
     assert sync.served_version() == sync.version

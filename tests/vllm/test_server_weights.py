@@ -176,9 +176,15 @@ def test_a_hub_push_of_the_output_dir_leaves_the_default_weights_directory_out(
     assert not [name for name in uploaded if "weights-" in name], uploaded
 
 
-def test_local_servers_get_the_weights_through_memory_removed_when_the_run_ends(server_url, vllm_model_dir, tmp_path):
-    if not weights_location._is_tmpfs(weights_location.MEMORY_ROOT):
-        pytest.skip("no tmpfs at /dev/shm on this machine")
+def test_local_servers_get_the_weights_through_memory_removed_when_the_run_ends(
+    server_url, vllm_model_dir, tmp_path, monkeypatch
+):
+    # A directory taken for the memory-backed file system (mounting a tmpfs needs privileges a test does not have);
+    # the choice of it, its checks and its removal are the real ones.
+    memory = tmp_path / "shm"
+    memory.mkdir()
+    monkeypatch.setattr(weights_location, "MEMORY_ROOT", memory)
+    monkeypatch.setattr(weights_location, "is_tmpfs", lambda path: path == memory)
     trainer = server_mode_trainer(vllm_model_dir, server_url, tmp_path / "run", max_steps=2, vllm_weights_dir=None)
     probe = ProbeAfterEachCall(trainer.generation_backend, trainer.model, trainer.processing_class, server_url)
     trainer.train()

@@ -23,7 +23,7 @@ from maxent_grpo.training.generation.backends.vllm_colocate import VLLMColocateB
 from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
 from maxent_grpo.training.generation.backends.vllm_server_pool import VLLMServerPool
 from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
-from maxent_grpo.training.generation.backends.weights_location import MEMORY_ROOT, weights_root
+from maxent_grpo.training.generation.backends.weights_location import is_memory_backed, weights_root
 
 
 def _transformers(trainer: Any) -> GenerationBackend:
@@ -100,8 +100,8 @@ def weights_directory(trainer: Any) -> WeightDirectory:
         for parameter in trainer.model.parameters()
     )  # a ZeRO-3 parameter's local numel is 0: ds_numel is its whole size
     root = weights_root(args.vllm_weights_dir, args.output_dir, server_urls(args), model_bytes)
-    memory = not args.vllm_weights_dir and root.parent == MEMORY_ROOT
-    return WeightDirectory(root, delta=args.vllm_weight_delta, remove_at_exit=memory)
+    memory = not args.vllm_weights_dir and is_memory_backed(root)
+    return WeightDirectory(root, delta=args.vllm_weight_delta, remove_at_exit=memory, private=memory)
 
 
 def server_api_key(args: Any) -> str | None:

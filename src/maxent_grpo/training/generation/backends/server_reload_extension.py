@@ -113,14 +113,18 @@ def _served_shapes(model: str) -> dict[str, tuple[int, ...]]:
     return checkpoint_shapes(checkpoint_files(folder))
 
 
-def _read_safetensors(files: list[Path]) -> dict[str, torch.Tensor]:
+def _read_safetensors(files: list[Path], *, own: bool = False) -> dict[str, torch.Tensor]:
+    """The tensors of ``files``. safetensors maps each file and its tensors read from the mapping, which keeps a
+    file's pages alive after the file is removed: with ``own``, for tensors that outlive the reload (the held copy),
+    each is copied into memory of its own so that a removed version gives its room back."""
     from safetensors import safe_open
 
     tensors = {}
     for file in files:
         with safe_open(str(file), framework="pt") as handle:
             for name in handle.keys():  # noqa: SIM118 (a safetensors handle is not a dict)
-                tensors[name] = handle.get_tensor(name)
+                tensor = handle.get_tensor(name)
+                tensors[name] = tensor.clone() if own else tensor
     return tensors
 
 
@@ -173,11 +177,11 @@ class DiskReloadExtension:
             if held is None or held.version != base:
                 holding = "no version" if held is None else f"version {held.version!r}"
                 raise RuntimeError(f"{DELTA_BASE_MISSING} ({base!r}): it holds {holding}")
-            apply_delta(held.tensors, _read_safetensors(deltas))
+            apply_delta(held.tensors, _read_safetensors(deltas, own=True))
             tensors = held.tensors
         else:
             check_shapes(checkpoint_shapes(files), _served_shapes(str(self.vllm_config.model_config.model)))
-            tensors = _read_safetensors(files)
+            tensors = _read_safetensors(files, own=bool(keep))
         read = time.perf_counter()
         runner = self.model_runner
         with set_current_vllm_config(self.vllm_config):

@@ -38,7 +38,6 @@ from typing import Any, NoReturn
 
 import requests
 import torch
-from safetensors import SafetensorError
 from torch.distributed.tensor import DTensor
 
 from maxent_grpo.training.generation.backends.http_deadline import TRANSIENT_ERRORS, Answer, exchange
@@ -59,6 +58,7 @@ WeightSource = Callable[[torch.nn.Module], Iterable[tuple[str, torch.Tensor]]]
 _VERSION_TIMEOUT_SECONDS = 10.0
 _WAIT_POLL_SECONDS = 0.2
 _REFUSED_SUFFIX = ".refused"
+_RESET_ATTEMPTS, _RESET_PAUSE_SECONDS = 5, 0.2
 _SERVER_HINT = (
     "start the server with VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls "
     f"{EXTENSION_QUALNAME} (`maxent-grpo vllm-serve` does both)"
@@ -147,7 +147,7 @@ class ServerWeightSync:
         self._writes = 0
         self._pushed: set[str] = set()
         self._refusals = 0
-        self._refused: WeightsRefused | None = None
+        self._refused: GenerationStopped | None = None
         self._staged: str | None = None
         self._told_delta_cost = False
         #: Seconds the last `stage` took (the walk and, on the pusher, the files), and the parts of the last push.
@@ -178,8 +178,11 @@ class ServerWeightSync:
             if self.pusher:
                 try:
                     self.directory.write(version, tensors)
-                except (OSError, ValueError, SafetensorError) as error:
-                    problem = f"could not write weight version {version!r} to {self.directory.root}: {error}"
+                except Exception as error:  # every process must hear of it, or the others wait in a gather
+                    problem = (
+                        f"could not write weight version {version!r} to {self.directory.root}: "
+                        f"{type(error).__name__}: {error}"
+                    )
             for _ in tensors:  # take part in the gathers of a sharded model (the rest of them, after a failure)
                 pass
         problem = _from_pusher(problem)
@@ -190,7 +193,7 @@ class ServerWeightSync:
             self._told_delta_cost = True
             logger.info(
                 "vllm_weight_delta: this process keeps a host copy of the pushed weights (%.1f MB), and so does "
-                "each vLLM server",
+                "each worker of each vLLM server (one per tensor-parallel rank)",
                 self.directory.delta_bytes / 1e6,
             )
         self._staged = version
@@ -361,7 +364,14 @@ class ServerWeightSync:
             logger.info(
                 "the vLLM server at %s does not hold the base of delta %r: sending it whole", self.base_url, version
             )
-            reload = self._reload(self.directory.full_path(version), version, keep)
+            try:
+                whole = self.directory.full_path(version)
+            except OSError as error:
+                self._stop(f"could not write the whole weights of version {version!r}: {error}", WeightsNotWritten)
+            try:
+                reload = self._reload(whole, version, keep)
+            except requests.ConnectionError:  # the server closes the connection after its error answer
+                reload = self._reload(whole, version, keep)
         seconds["reload_request"] = time.perf_counter() - began
         refusal, report = self._reload_problem(reload)
         if refusal is not None:
@@ -369,10 +379,10 @@ class ServerWeightSync:
         seconds |= {f"server_{part}": value for part, value in report.get("seconds", {}).items()}
         if report.get("prefix_caching", True):
             started = time.perf_counter()
-            reset = self._exchange("POST", "/reset_prefix_cache", None, self.request_timeout, within_step=False)
+            refusal = self._reset_prefix_cache()
             seconds["reset_prefix_cache"] = time.perf_counter() - started
-            if reset.status != 200:
-                return f"POST /reset_prefix_cache answered HTTP {reset.status}: {reset.text(300)}"
+            if refusal is not None:
+                return refusal
         started = time.perf_counter()
         claimed = self._exchange(
             "POST", "/update_weight_version", {"new_version": version}, self.request_timeout, within_step=False
@@ -382,6 +392,27 @@ class ServerWeightSync:
             return f"POST /update_weight_version answered HTTP {claimed.status}: {claimed.text(300)}"
         self.push_seconds = seconds | {"total": time.perf_counter() - began}
         return None
+
+    def _reset_prefix_cache(self) -> str | None:
+        """Empty the server's prefix cache (blocks computed from the weights before), or say why it was not emptied.
+        vLLM answers ``{"success": false}`` while running requests (another client's) still hold blocks: asked again
+        a few times, as they finish."""
+        answer = None
+        for attempt in range(_RESET_ATTEMPTS):
+            if attempt:
+                time.sleep(_RESET_PAUSE_SECONDS)
+            answer = self._exchange("POST", "/reset_prefix_cache", None, self.request_timeout, within_step=False)
+            if answer.status != 200:
+                return f"POST /reset_prefix_cache answered HTTP {answer.status}: {answer.text(300)}"
+            try:
+                if answer.json().get("success", True) is not False:
+                    return None
+            except (ValueError, AttributeError):
+                return None  # an older server answers without a body: it resets or raises
+        return (
+            f"POST /reset_prefix_cache did not empty the cache after {_RESET_ATTEMPTS} tries (requests still running "
+            "on the server hold its blocks): the old weights' cached prefixes would be reused"
+        )
 
     def _reload(self, path: Path, version: str, keep: str) -> Answer:
         """``POST /collective_rpc`` of the extension's reload of ``path`` (it runs to its end once sent, whatever is
@@ -407,9 +438,10 @@ class ServerWeightSync:
             return f"the server's engine received no new weights, or only part of them, for {stale[:8]}", {}
         return None, reports[0]
 
-    def _stop(self, message: str) -> NoReturn:
-        """Refuse this run's weights for good: mark the server (so other processes stop waiting) and raise."""
-        self._refused = WeightsRefused(message)
+    def _stop(self, message: str, kind: type[GenerationStopped] = WeightsRefused) -> NoReturn:
+        """Give up on this run's weights for good (``kind``: refused, or not written): mark the server (so other
+        processes stop waiting) and raise."""
+        self._refused = kind(message)
         marker = {"new_version": f"{self.version}{_REFUSED_SUFFIX}"}
         for _ in range(2):  # a server that answered the refusal with an error may close the kept-alive connection
             try:

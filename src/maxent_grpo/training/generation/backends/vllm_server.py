@@ -195,6 +195,7 @@ class VLLMServerBackend:
         self.stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
         self._stats_lock = threading.Lock()
         self._warned_off_policy = False
+        self._staged_model: torch.nn.Module | None = None  # staged without weights_directory: synced at publish
         self._check = CompletionCheck(self.vocab_size)
         self._rejected: set[tuple[int, ...]] = set()
         self._transport = ServerTransport(
@@ -332,15 +333,20 @@ class VLLMServerBackend:
     def stage_weights(self, model: torch.nn.Module) -> None:
         """With ``weights_directory``: write the training weights as the next version, while a call from the version
         before may still be in flight; `publish_staged_weights` then makes it the version the server must serve.
-        Without it: nothing (`sync_weights` does the whole sync)."""
+        Without it nothing is written yet: `publish_staged_weights` does the whole `sync_weights` of ``model``."""
         if self._weights is not None:
             self._weights.stage(model)
+        else:
+            self._staged_model = model
 
     def publish_staged_weights(self) -> None:
         """Make the version `stage_weights` wrote the one the server must serve (no call of this backend may be in
-        flight)."""
+        flight); without ``weights_directory``, `sync_weights` of the staged model."""
         if self._weights is not None:
             self._weights.publish()
+        elif (model := self._staged_model) is not None:
+            self._staged_model = None
+            self.sync_weights(model)
 
     @property
     def disk_weights(self) -> ServerWeightSync | None:

@@ -55,13 +55,16 @@ class DeltaSource:
     """The pushing process's copy of the last version written (`values`, named `version`), and the deltas from it.
 
     `entries` yields, for one new version's tensors, what its delta holds (module docstring) and brings `values` up
-    to the new version as it goes; `stats` then says what it held. A tensor of a name, shape or dtype the base does not
-    have goes whole.
+    to the new version as it goes; `stats` then says what it held. Against a base, a walk whose tensors are not the
+    base's (a name the base lacks, another shape or dtype, or a name of the base left out) cannot be a delta: the
+    walk is still taken into `values` to its end, and `whole_needed` tells the writer to write `values` whole
+    instead of what was yielded.
     """
 
     values: dict[str, torch.Tensor] = field(default_factory=dict)
     version: str | None = None
     stats: DeltaStats = field(default_factory=DeltaStats)
+    whole_needed: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -69,18 +72,26 @@ class DeltaSource:
         return sum(t.numel() * t.element_size() for t in self.values.values())
 
     def entries(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
-        """The delta of ``named_tensors`` against `values`, which become the new tensors; counted in `stats`."""
+        """The delta of ``named_tensors`` against `values`, which become the new tensors; counted in `stats`.
+        With `values` empty (no base), every tensor is yielded whole."""
         self.stats = stats = DeltaStats()
+        against_base, self.whole_needed = bool(self.values), False
+        seen: set[str] = set()
         for name, tensor in named_tensors:
+            seen.add(name)
             new = tensor.detach().to("cpu").contiguous()
             stats.full_bytes += new.numel() * new.element_size()
             old = self.values.get(name)
-            if old is None or old.shape != new.shape or old.dtype != new.dtype:
+            fits = old is not None and old.shape == new.shape and old.dtype == new.dtype
+            self.whole_needed |= against_base and not fits
+            if self.whole_needed or not fits:
                 self.values[name] = new.clone() if new.data_ptr() == tensor.data_ptr() else new
                 stats.whole += 1
                 stats.delta_bytes += new.numel() * new.element_size()
-                yield name, new
+                if not against_base:
+                    yield name, new
                 continue
+            assert old is not None
             index = changed_positions(old, new)
             sparse_bytes = index.numel() * (index.element_size() + new.element_size())
             if index.numel() == 0:
@@ -98,6 +109,9 @@ class DeltaSource:
                 stats.whole += 1
                 stats.delta_bytes += new.numel() * new.element_size()
                 yield name, new
+        for name in set(self.values) - seen:  # left out of this walk: not part of the version
+            del self.values[name]
+            self.whole_needed |= against_base
 
 
 def apply_delta(base: dict[str, torch.Tensor], delta: Mapping[str, torch.Tensor]) -> list[str]:
@@ -121,8 +135,10 @@ def apply_delta(base: dict[str, torch.Tensor], delta: Mapping[str, torch.Tensor]
             if values.dtype != target.dtype or values.numel() != tensor.numel():
                 raise ValueError(f"delta values of {name!r} do not fit it ({values.dtype}, {values.numel()} values)")
             flat = target.view(-1)
-            if tensor.numel() and int(tensor.max()) >= flat.numel():
-                raise ValueError(f"delta of {name!r} names position {int(tensor.max())} of {flat.numel()}")
+            if tensor.numel() and (int(tensor.min()) < 0 or int(tensor.max()) >= flat.numel()):
+                raise ValueError(
+                    f"delta of {name!r} names positions {int(tensor.min())} to {int(tensor.max())} of {flat.numel()}"
+                )
             flat[tensor.long()] = values
         else:
             name = key

@@ -22,6 +22,7 @@ there) the versions of its runs are removed too when the `WeightDirectory` is ga
 from __future__ import annotations
 
 import fcntl
+import logging
 import shutil
 import threading
 import weakref
@@ -38,7 +39,11 @@ from maxent_grpo.training.generation.backends.weight_delta import (
     FORMAT_KEY,
     VERSION_KEY,
     DeltaSource,
+    DeltaStats,
 )
+from maxent_grpo.training.generation.backends.weights_location import is_private
+
+logger = logging.getLogger(__name__)
 
 #: Most bytes per safetensors shard.
 SHARD_BYTES = 1 << 30
@@ -61,10 +66,17 @@ class WeightDirectory:
             then keeps a host copy of the last version written (`delta_bytes`).
         remove_at_exit: remove this object's versions when it is garbage collected or the process exits (by default
             the run's latest version stays until a later run writes into the directory).
+        private: ``root`` sits where other users may create files (``/dev/shm``): before each write it is created
+            with mode 0700 when missing and checked to be this user's alone (`weights_location.is_private`), else
+            the write raises PermissionError (a directory someone else made could be read or swapped under the
+            server).
     """
 
-    def __init__(self, root: str | Path, *, delta: bool = False, remove_at_exit: bool = False) -> None:
+    def __init__(
+        self, root: str | Path, *, delta: bool = False, remove_at_exit: bool = False, private: bool = False
+    ) -> None:
         self.root = Path(root).absolute()
+        self.private = private
         self.delta = DeltaSource() if delta else None
         self._held: dict[str, IO[bytes]] = {}  # run -> its lock file, open (and locked) while this object lives
         self._lock = threading.Lock()  # the delta's host copy: written by `write`, read by `full_path`
@@ -94,7 +106,9 @@ class WeightDirectory:
         disk: OSError) with nothing of this version left behind; a delta directory then writes its next version
         whole.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700 if self.private else 0o777, parents=True, exist_ok=True)
+        if self.private and not is_private(self.root):
+            raise PermissionError(f"{self.root} is not this user's alone (owner, mode 0700, not a symlink)")
         run = _run_of(version)
         self._hold(run)
         staging = self.root / f"{_INCOMPLETE_PREFIX}{version}"
@@ -123,7 +137,14 @@ class WeightDirectory:
             metadata = {FORMAT_KEY: FORMAT, BASE_KEY: base, VERSION_KEY: version}
             self._write_files(staging, DELTA_PREFIX, delta.entries(named_tensors), metadata, allow_empty=True)
             stats = delta.stats
-            if not stats.unchanged and not stats.sparse:  # every tensor changed whole: not smaller, a full version
+            if delta.whole_needed:  # not the base's tensors (names, shapes or dtypes): the host copy, whole
+                for shard in staging.glob(f"{DELTA_PREFIX}-*.safetensors"):
+                    shard.unlink()
+                self._write_files(staging, FULL_PREFIX, delta.values.items())
+                delta.stats = DeltaStats(
+                    whole=len(delta.values), delta_bytes=stats.full_bytes, full_bytes=stats.full_bytes
+                )
+            elif not stats.unchanged and not stats.sparse:  # every tensor changed whole: not smaller, a full version
                 for shard in staging.glob(f"{DELTA_PREFIX}-*.safetensors"):
                     shard.rename(shard.with_name(FULL_PREFIX + shard.name[len(DELTA_PREFIX) :]))
         delta.version = version
@@ -193,7 +214,14 @@ class WeightDirectory:
             self._reserve = length
 
     def keep_only(self, version: str) -> None:
-        """Remove every other version of ``version``'s run, and every version of runs that have ended."""
+        """Remove every other version of ``version``'s run, and every version of runs that have ended. Best effort:
+        what cannot be removed (the directory gone, another user's lock file) is left, with one log line."""
+        try:
+            self._remove_all_but(version)
+        except OSError as error:
+            logger.warning("could not remove the older weight versions in %s: %s", self.root, error)
+
+    def _remove_all_but(self, version: str) -> None:
         current, run = self.path(version), _run_of(version)
         ended: dict[str, bool] = {run: False}
         for entry in self.root.iterdir():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -29,21 +30,25 @@ ROOM_FACTOR = 3
 
 
 def is_loopback(url: str) -> bool:
-    """Whether ``url``'s host is this machine's loopback (``localhost``, 127.0.0.0/8, ``::1``)."""
+    """Whether ``url``'s host is this machine, reached through loopback: ``localhost``, 127.0.0.0/8, ``::1``, or the
+    unspecified address (``0.0.0.0``, ``::``: TRL's default ``vllm_server_host``, which a client's connection takes
+    to this machine)."""
     host = urlsplit(url if "//" in url else f"//{url}").hostname or ""
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    return address.is_loopback or address.is_unspecified
 
 
-def memory_directory(needed_bytes: int, *, root: Path = MEMORY_ROOT) -> Path | None:
-    """This user's directory under the memory-backed ``root`` (``maxent-grpo-weights-<uid>``, created with mode 0700),
-    or None when ``root`` is not a ``tmpfs``, has less than ``needed_bytes`` free, or the directory exists but is not
-    this user's alone (another user could read or replace the weights)."""
-    if not _is_tmpfs(root):
+def memory_directory(needed_bytes: int, *, root: Path | None = None) -> Path | None:
+    """This user's directory under the memory-backed ``root`` (default `MEMORY_ROOT`; ``maxent-grpo-weights-<uid>``,
+    created with mode 0700), or None when ``root`` is not a ``tmpfs``, has less than ``needed_bytes`` free, or the
+    directory exists but is not this user's alone (another user could read or replace the weights)."""
+    root = MEMORY_ROOT if root is None else root
+    if not is_tmpfs(root):
         return None
     try:
         stats = os.statvfs(root)
@@ -54,12 +59,19 @@ def memory_directory(needed_bytes: int, *, root: Path = MEMORY_ROOT) -> Path | N
     directory = root / f"maxent-grpo-weights-{os.getuid()}"
     try:
         directory.mkdir(mode=0o700, exist_ok=True)
-        info = directory.lstat()
     except OSError:
         return None
-    if not directory.is_dir() or directory.is_symlink() or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        return None
-    return directory
+    return directory if is_private(directory) else None
+
+
+def is_private(directory: Path) -> bool:
+    """Whether ``directory`` is a directory (not a symlink to one) that this user owns and no one else may read,
+    write or enter (mode ``0o700`` or narrower)."""
+    try:
+        info = directory.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
 def weights_root(configured: str | None, output_dir: str | Path, server_urls: Sequence[str], model_bytes: int) -> Path:
@@ -75,15 +87,29 @@ def weights_root(configured: str | None, output_dir: str | Path, server_urls: Se
     return Path(output_dir) / DEFAULT_WEIGHTS_FOLDER
 
 
-def _is_tmpfs(path: Path) -> bool:
-    """Whether ``path`` is the mount point of a ``tmpfs`` (``/proc/self/mounts``; False where it cannot be read)."""
+def is_memory_backed(root: Path) -> bool:
+    """Whether `weights_root` chose ``root`` as this user's memory-backed directory (its versions are removed when
+    the run ends)."""
+    return root.parent == MEMORY_ROOT and root.name == f"maxent-grpo-weights-{os.getuid()}"
+
+
+def is_tmpfs(path: Path) -> bool:
+    """Whether ``path`` is the mount point of a ``tmpfs`` in ``/proc/self/mounts`` (False where it cannot be read)."""
     try:
-        mounts = Path("/proc/self/mounts").read_text().splitlines()
+        mounts = Path("/proc/self/mounts").read_text()
     except OSError:
         return False
-    target = str(path)
-    for line in mounts:
+    return mount_type(path, mounts) == "tmpfs"
+
+
+def mount_type(path: Path, mounts: str) -> str | None:
+    """The file system type of the mount point ``path`` in ``mounts`` (the text of ``/proc/self/mounts``: device,
+    mount point, type, ... per line; the last mount at that point wins, as it hides the earlier ones), or None when
+    ``path`` is not a mount point. Spaces in a mount point are written ``\\040`` there."""
+    target = str(path).replace(" ", "\\040")
+    found = None
+    for line in mounts.splitlines():
         fields = line.split()
-        if len(fields) > 2 and fields[1] == target and fields[2] == "tmpfs":
-            return True
-    return False
+        if len(fields) > 2 and fields[1] == target:
+            found = fields[2]
+    return found

@@ -7,6 +7,7 @@ import logging
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from maxent_grpo.training.generation.backends import capabilities
 from maxent_grpo.training.generation.backends.capabilities import (
@@ -285,3 +286,21 @@ def test_a_near_name_beside_the_capability_itself_is_not_warned_about(caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
     check_backend(Both())
     assert not [record for record in caplog.records if record.name == LOGGER]
+
+
+def test_a_server_backend_without_a_weights_directory_syncs_what_it_staged_when_it_publishes(tiny_tokenizer):
+    pushes = []
+    server = VLLMServerBackend(
+        "http://127.0.0.1:1",
+        tokenizer=tiny_tokenizer,
+        sampling=SamplingSettings(max_tokens=8),
+        weight_sync=lambda: pushes.append("pushed"),
+    )
+    try:
+        server.stage_weights(torch.nn.Linear(1, 1))
+        assert pushes == []  # nothing to write ahead with a weight_sync of its own (NCCL)
+        server.publish_staged_weights()
+        server.publish_staged_weights()  # nothing staged since: no second push
+        assert pushes == ["pushed"]
+    finally:
+        server.close()

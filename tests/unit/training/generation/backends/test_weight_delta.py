@@ -168,5 +168,40 @@ def test_changed_positions_compare_bits():
 def test_a_delta_for_a_tensor_the_base_lacks_is_refused():
     with pytest.raises(ValueError, match="not in the base"):
         apply_delta({"a": torch.zeros(2)}, {"b": torch.zeros(2)})
-    with pytest.raises(ValueError, match="position 9 of 2"):
-        apply_delta({"a": torch.zeros(2)}, {f"a{INDEX_SUFFIX}": torch.tensor([9]), f"a{VALUE_SUFFIX}": torch.ones(1)})
+    for position in (9, -1):  # past the end, or before the start (an index that would wrap around)
+        with pytest.raises(ValueError, match=f"positions {position} to {position} of 2"):
+            apply_delta(
+                {"a": torch.zeros(2)},
+                {f"a{INDEX_SUFFIX}": torch.tensor([position]), f"a{VALUE_SUFFIX}": torch.ones(1)},
+            )
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["a name the base lacks", "another shape", "another dtype", "a name of the base left out"],
+)
+def test_a_walk_whose_tensors_are_not_the_bases_is_written_whole(tmp_path: Path, change: str):
+    base = {"a": torch.zeros(64), "b": torch.zeros(64)}
+    new = {"a": torch.zeros(64), "b": torch.zeros(64)}
+    new["a"][0] = 1.0  # a sparse change: without the other change this version would be a delta
+    if change == "a name the base lacks":
+        new["c"] = torch.ones(3)
+    elif change == "another shape":
+        new["b"] = torch.zeros(8, 8)
+    elif change == "another dtype":
+        new["b"] = torch.zeros(64, dtype=torch.bfloat16)
+    else:
+        del new["b"]
+    directory = WeightDirectory(tmp_path, delta=True)
+    directory.write("1-run", base.items())
+    written = directory.write("2-run", new.items())
+    assert not directory.is_delta("2-run")  # a server applying it to its copy would refuse it, or keep a stale "b"
+    assert same_bits(read(written), new)
+    assert directory.delta is not None and same_bits(directory.delta.values, new)
+    third = {name: tensor.clone() for name, tensor in new.items()}
+    third["a"][1] = 2.0
+    directory.write("3-run", third.items())
+    assert directory.is_delta("3-run")  # the new tensors are the next delta's base
+    server = read(written)
+    apply_delta(server, read(directory.path("3-run")))
+    assert same_bits(server, third)

@@ -8,13 +8,19 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from maxent_grpo.training.generation.backends import weights_location
+from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
 from maxent_grpo.training.generation.backends.weights_location import (
     DEFAULT_WEIGHTS_FOLDER,
-    MEMORY_ROOT,
+    ROOM_FACTOR,
     is_loopback,
+    is_memory_backed,
+    is_private,
+    is_tmpfs,
     memory_directory,
+    mount_type,
     weights_root,
 )
 
@@ -29,6 +35,8 @@ LOCAL = ["http://127.0.0.1:8000"]
         ("https://localhost:8000/", True),
         ("http://[::1]:8000", True),
         ("127.0.0.1:8000", True),
+        ("http://0.0.0.0:8000", True),  # TRL's default vllm_server_host
+        ("http://[::]:8000", True),
         ("http://198.18.0.2:8000", False),
         ("http://gen0:8000", False),
         ("http://10.0.0.1", False),
@@ -47,14 +55,45 @@ def test_a_server_elsewhere_reads_from_the_output_dir(tmp_path: Path):
     assert weights_root(None, tmp_path, urls, 10) == tmp_path / DEFAULT_WEIGHTS_FOLDER
 
 
-def test_local_servers_read_from_memory_when_it_has_room(tmp_path: Path):
-    if not weights_location._is_tmpfs(MEMORY_ROOT):
-        assert weights_root(None, tmp_path, LOCAL, 10) == tmp_path / DEFAULT_WEIGHTS_FOLDER
-        return
+MOUNTS = """sysfs /sys sysfs rw,nosuid 0 0
+tmpfs /dev/shm tmpfs rw,relatime 0 0
+/dev/sda1 /mnt/my\\040disk ext4 rw 0 0
+/dev/sda2 /run ext4 rw 0 0
+tmpfs /run tmpfs rw 0 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [("/dev/shm", "tmpfs"), ("/mnt/my disk", "ext4"), ("/run", "tmpfs"), ("/dev", None), ("/dev/shm/x", None)],
+)
+def test_the_mount_type_of_a_mount_point(path: str, kind: str | None):
+    # /run: mounted twice, the later mount hides the earlier one; /dev/shm/x: inside a mount, not one.
+    assert mount_type(Path(path), MOUNTS) == kind
+
+
+def test_this_machines_mount_table_is_read():
+    assert is_tmpfs(Path("/proc")) is False  # a proc file system, listed in every Linux mount table
+    assert mount_type(Path("/proc"), Path("/proc/self/mounts").read_text()) == "proc"
+
+
+@pytest.fixture
+def memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory taken for this machine's memory-backed file system (the checks of ownership, mode and room are
+    real; only the mount type is taken as given, since mounting a tmpfs needs privileges a test does not have)."""
+    root = tmp_path / "shm"
+    root.mkdir()
+    monkeypatch.setattr(weights_location, "MEMORY_ROOT", root)
+    monkeypatch.setattr(weights_location, "is_tmpfs", lambda path: path == root)
+    return root
+
+
+def test_local_servers_read_from_memory_when_it_has_room(tmp_path: Path, memory: Path):
     root = weights_root(None, tmp_path, LOCAL, 10)
-    assert root == MEMORY_ROOT / f"maxent-grpo-weights-{os.getuid()}"
-    assert root.stat().st_mode & 0o777 == 0o700
-    too_big = 2 * os.statvfs(MEMORY_ROOT).f_blocks * os.statvfs(MEMORY_ROOT).f_frsize
+    assert root == memory / f"maxent-grpo-weights-{os.getuid()}"
+    assert root.stat().st_mode & 0o777 == 0o700 and is_memory_backed(root)
+    stats = os.statvfs(memory)
+    too_big = stats.f_bavail * stats.f_frsize // ROOM_FACTOR + 1
     assert weights_root(None, tmp_path, LOCAL, too_big) == tmp_path / DEFAULT_WEIGHTS_FOLDER
 
 
@@ -62,26 +101,43 @@ def test_a_directory_that_is_not_a_tmpfs_is_not_memory(tmp_path: Path):
     assert memory_directory(1, root=tmp_path) is None
 
 
-def test_a_memory_directory_someone_else_owns_is_not_used(monkeypatch: pytest.MonkeyPatch):
-    if not weights_location._is_tmpfs(MEMORY_ROOT):
-        pytest.skip(f"{MEMORY_ROOT} is not a tmpfs here")
+def test_a_configured_directory_is_never_removed_as_memory(tmp_path: Path, memory: Path):
+    assert not is_memory_backed(tmp_path / "mine")
+    assert not is_memory_backed(memory / "maxent-grpo-weights-0000")  # another user's name
+
+
+def test_a_memory_directory_someone_else_owns_is_not_used(memory: Path, monkeypatch: pytest.MonkeyPatch):
     impostor = os.getuid() + 4242  # the directory this "user" would use is created by us: not theirs alone
-    made = MEMORY_ROOT / f"maxent-grpo-weights-{impostor}"
     monkeypatch.setattr(weights_location.os, "getuid", lambda: impostor)
-    try:
-        assert memory_directory(1) is None
-    finally:
-        shutil.rmtree(made, ignore_errors=True)
+    assert memory_directory(1) is None
 
 
-def test_a_memory_directory_others_may_read_is_not_used():
-    if not weights_location._is_tmpfs(MEMORY_ROOT):
-        pytest.skip(f"{MEMORY_ROOT} is not a tmpfs here")
+def test_a_memory_directory_others_may_read_is_not_used(memory: Path):
     mine = memory_directory(1)
     assert mine is not None
     mine.chmod(0o755)
-    try:
-        assert memory_directory(1) is None
-    finally:
-        mine.chmod(0o700)
+    assert memory_directory(1) is None
+    mine.chmod(0o700)
     assert memory_directory(1) == mine
+
+
+def test_a_private_directory_that_went_away_is_made_again_and_one_someone_else_made_is_refused(
+    memory: Path, monkeypatch: pytest.MonkeyPatch
+):
+    mine = memory_directory(1)
+    assert mine is not None
+    directory = WeightDirectory(mine, private=True)
+    directory.write("1-run", [("w", torch.zeros(2))])
+    shutil.rmtree(mine)  # wiped mid-run (a session's IPC removed at logout)
+    directory.write("2-run", [("w", torch.ones(2))])
+    assert is_private(mine) and (mine / "weights-2-run").is_dir()
+    mine.chmod(0o777)  # as a directory another user created in its place would be
+    with pytest.raises(PermissionError, match="not this user's alone"):
+        directory.write("3-run", [("w", torch.ones(2))])
+
+
+def test_a_symlink_in_place_of_the_memory_directory_is_not_followed(memory: Path, tmp_path: Path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (memory / f"maxent-grpo-weights-{os.getuid()}").symlink_to(elsewhere)
+    assert memory_directory(1) is None
