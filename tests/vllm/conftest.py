@@ -52,6 +52,7 @@ SHARED_SERVER_FILES = frozenset(
         "test_server_process.py",
         "test_server_tools.py",
         "test_server_two_processes.py",
+        "test_server_weight_sync_benchmark.py",
         "test_server_weights.py",
     }
 )
