@@ -162,3 +162,31 @@ def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.Captur
         assert f"MaxEnt vs {label}: " in printed
     png = tmp_path / "multi_token_answers.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_split_puts_the_sums_no_training_derivation_ends_in_apart_and_pairs_by_seed(tmp_path: Path) -> None:
+    split = load_benchmark("multi_token_answers_split")
+    heldout = ["000:", "001:", "347:", "990:"]
+    kinds = split.split_heldout(heldout)
+    assert kinds == {"seen": ["347:", "990:"], "unseen": ["000:", "001:"]}
+    counts = {  # (method, seed) -> correct samples of 4 per held-out prompt
+        ("maxent", 0): {"000:": 1, "001:": 0, "347:": 4, "990:": 2},
+        ("maxent", 1): {"000:": 2, "001:": 1, "347:": 3, "990:": 2},
+        ("grpo", 0): {"000:": 0, "001:": 0, "347:": 4, "990:": 4},
+        ("grpo", 1): {"000:": 1, "001:": 0, "347:": 4, "990:": 0},
+        ("grpo_entropy_fixed=0.01", 0): {"000:": 4, "001:": 4, "347:": 4, "990:": 4},  # a grid run: left out
+    }
+    runs = [{"method": m, "seed": s, "correct_per_prompt": c} for (m, s), c in counts.items()]
+    (tmp_path / "multi_token_answers.json").write_text(
+        json.dumps({"settings": {"samples": 4, "heldout_prompts": heldout}, "runs": runs})
+    )
+    report = split.main(["--results", str(tmp_path), "--k", "1", "2"])
+    unseen = report["unseen"]["1"]
+    assert set(unseen["mean"]) == {"maxent", "grpo"}
+    assert unseen["mean"]["maxent"] == pytest.approx(((1 / 4 + 0) / 2 + (2 / 4 + 1 / 4) / 2) / 2)
+    assert unseen["maxent_minus"]["grpo"]["mean"] == pytest.approx(((1 / 4) / 2 + (3 / 4 - 1 / 4) / 2) / 2)
+    seen = report["seen"]["2"]  # pass@2 of 4 samples with c correct: 1 - C(4 - c, 2) / C(4, 2)
+    per_seed = [((1 - 0) + (1 - 1 / 6)) / 2, ((1 - 0) + (1 - 1 / 6)) / 2]
+    assert seen["mean"]["maxent"] == pytest.approx(sum(per_seed) / 2)
+    assert seen["mean"]["grpo"] == pytest.approx((1 + (1 + 0) / 2) / 2)
+    assert seen["ci95"]["grpo"][0] < seen["mean"]["grpo"] < seen["ci95"]["grpo"][1]
