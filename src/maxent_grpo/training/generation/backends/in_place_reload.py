@@ -10,6 +10,8 @@ new weights. Two gaps are closed here:
 - **Partial loads.** ``reload_weights`` only logs the engine parameters that received nothing, as a warning (which TRL
   silences). `reload_in_place` returns them, and the layers that received only part of their values, so that a
   caller can refuse a partial update instead of letting it pass as a sync.
+- **Failed loads.** A load that raises part-way leaves vLLM's per-layer progress behind, and the next reload would
+  then report a complete load with some weights never written; `reload_in_place` ends such a reload first.
 
 Used by the colocated engine (`colocate_engine.ReloadWeightSync`) and inside a vLLM server by the worker extension
 (`server_reload_extension`).
@@ -43,12 +45,34 @@ def reload_in_place(
 
     with torch.no_grad():
         initialize_layerwise_reload(model)
-        loaded = set(model.load_weights(_owned(named_tensors) if copy else named_tensors))
-        partial = _partly_loaded_layers(model)
+        try:
+            loaded = set(model.load_weights(_owned(named_tensors) if copy else named_tensors))
+            partial = _partly_loaded_layers(model)
+        except BaseException:
+            _abandon_reload(model, model_config)
+            raise
         finalize_layerwise_reload(model, model_config)
         for layer in _tied_layers(model):
             layer.quant_method.process_weights_after_loading(layer)
     return sorted({name for name, _ in model.named_parameters()} - loaded) + partial
+
+
+def _abandon_reload(model: torch.nn.Module, model_config: Any) -> None:
+    """End a reload that failed part-way so that the next one starts afresh: every layer still waiting for weights
+    forgets what it was given and gets its engine tensors back (with the values of the version before; layers the
+    failed reload completed keep the new ones, so the engine holds no version until a reload succeeds). Without
+    this, vLLM's per-layer progress outlives the failure: the next reload skips those layers' set-up, replays the
+    failed reload's buffered tensors, processes each layer before all of its new weights arrived and reports a
+    complete load."""
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+    from vllm.model_executor.model_loader.reload.layerwise import get_layerwise_info
+
+    for layer in model.modules():
+        info = get_layerwise_info(layer)
+        if info.can_load():
+            info.loaded_weights.clear()
+            info.load_numel = 0
+    finalize_layerwise_reload(model, model_config)
 
 
 def _tied_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

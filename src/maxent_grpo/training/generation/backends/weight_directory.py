@@ -113,15 +113,18 @@ class WeightDirectory:
         self._hold(run)
         staging = self.root / f"{_INCOMPLETE_PREFIX}{version}"
         staging.mkdir()
+        target = self.path(version)
         try:
             with self._lock:
                 self._write_version(staging, version, named_tensors)
+            shutil.rmtree(target, ignore_errors=True)
+            staging.rename(target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
+            if self.delta is not None:  # the host copy may hold this version, which is not on disk: next one whole
+                with self._lock:
+                    self.delta.version = None
             raise
-        target = self.path(version)
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
         return target
 
     def _write_version(self, staging: Path, version: str, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -250,6 +253,8 @@ class WeightDirectory:
         except FileNotFoundError:
             return True
         except BlockingIOError:
+            return False
+        except OSError:  # a lock file this user may not open (another user's run): taken as alive
             return False
         return True
 

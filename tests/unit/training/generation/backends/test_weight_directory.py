@@ -84,6 +84,48 @@ def test_what_an_ended_run_left_is_removed_by_the_next_write_and_a_live_runs_ver
     ]
 
 
+def test_a_lock_file_that_cannot_be_opened_counts_as_a_live_run_and_the_rest_is_still_cleaned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    # Another user's run whose lock file this user may not open: a directory in its place raises the same kind of
+    # error (IsADirectoryError, an OSError) for any user, root included.
+    (tmp_path / ".run-theirs.lock").mkdir()
+    (tmp_path / "weights-5-theirs").mkdir()
+    directory = WeightDirectory(tmp_path)
+    for count in range(1, 4):
+        directory.write(f"{count}-mine", TENSORS.items())
+        directory.keep_only(f"{count}-mine")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".run-mine.lock",
+        ".run-theirs.lock",
+        "weights-3-mine",
+        "weights-5-theirs",
+    ]
+    assert "could not remove" not in caplog.text  # nothing was given up on, whatever order the entries came in
+
+
+def test_a_version_that_cannot_be_renamed_into_place_leaves_nothing_and_the_next_delta_goes_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    directory = WeightDirectory(tmp_path, delta=True)
+    directory.write("1-run", TENSORS.items())
+    rename = Path.rename
+
+    def refused(self: Path, target: Path) -> Path:  # the file system refuses the version's rename (EXDEV, EIO, ...)
+        if self.name.startswith(".incomplete-weights-"):
+            raise OSError(5, "Input/output error")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", refused)
+    with pytest.raises(OSError, match="Input/output"):
+        directory.write("2-run", ((name, t + 1) for name, t in TENSORS.items()))
+    monkeypatch.setattr(Path, "rename", rename)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run-run.lock", "weights-1-run"]
+    third = directory.write("3-run", ((name, t + 2) for name, t in TENSORS.items()))
+    assert not directory.is_delta("3-run")  # no version 2 on disk for a server to hold: whole, not a delta of it
+    assert all(torch.equal(read(third)[n], t + 2) for n, t in TENSORS.items())
+
+
 def test_runs_sharing_a_directory_remove_only_their_own_versions(tmp_path: Path):
     run_a, run_b, run_c = WeightDirectory(tmp_path), WeightDirectory(tmp_path), WeightDirectory(tmp_path)
     run_a.write("1-runa", TENSORS.items())
