@@ -1,8 +1,10 @@
 """Where the disk transport writes the weights when ``vllm_weights_dir`` is not set.
 
 With every server on this machine (loopback URLs) the weights go to a memory-backed directory, ``/dev/shm`` (a
-``tmpfs`` on Linux), when it has room for `ROOM_FACTOR` times the model: the server then reads pages that never
-touch a disk, and a busy disk (checkpoints, datasets) cannot stall a push. A server elsewhere reads the weights
+``tmpfs`` on Linux), when it has room for `ROOM_FACTOR` times the model, and so has the memory cgroup the process runs
+in (a job's or a container's memory limit: files in a ``tmpfs`` count against the limit of whoever wrote them, so
+a job close to its limit would be killed instead): the server then reads pages that never touch a disk, and a busy
+disk (checkpoints, datasets) cannot stall a push. A server elsewhere reads the weights
 over a shared file system, so they go to ``<output_dir>/_vllm-weights`` (`DEFAULT_WEIGHTS_FOLDER`), as do the
 weights of a run whose ``/dev/shm`` is missing, too small, or not this user's alone.
 
@@ -24,6 +26,8 @@ from urllib.parse import urlsplit
 DEFAULT_WEIGHTS_FOLDER = "_vllm-weights"
 #: The memory-backed file system whose subdirectory the weights go to.
 MEMORY_ROOT = Path("/dev/shm")
+#: Where the kernel shows the cgroup hierarchies (v2 unified, or v1 with a ``memory`` controller folder).
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: Room asked of `MEMORY_ROOT`, in model sizes: the version being written, the one a server may still be loading,
 #: and a delta version's whole weights written for a restarted server.
 ROOM_FACTOR = 3
@@ -45,8 +49,9 @@ def is_loopback(url: str) -> bool:
 
 def memory_directory(needed_bytes: int, *, root: Path | None = None) -> Path | None:
     """This user's directory under the memory-backed ``root`` (default `MEMORY_ROOT`; ``maxent-grpo-weights-<uid>``,
-    created with mode 0700), or None when ``root`` is not a ``tmpfs``, has less than ``needed_bytes`` free, or the
-    directory exists but is not this user's alone (another user could read or replace the weights)."""
+    created with mode 0700), or None when ``root`` is not a ``tmpfs``, has less than ``needed_bytes`` free, this
+    process's memory cgroup has less than that left below its limit (`cgroup_headroom`), or the directory exists but
+    is not this user's alone (another user could read or replace the weights)."""
     root = MEMORY_ROOT if root is None else root
     if not is_tmpfs(root):
         return None
@@ -56,12 +61,55 @@ def memory_directory(needed_bytes: int, *, root: Path | None = None) -> Path | N
         return None
     if stats.f_bavail * stats.f_frsize < needed_bytes:
         return None
+    headroom = cgroup_headroom()
+    if headroom is not None and headroom < needed_bytes:
+        return None
     directory = root / f"maxent-grpo-weights-{os.getuid()}"
     try:
         directory.mkdir(mode=0o700, exist_ok=True)
     except OSError:
         return None
     return directory if is_private(directory) else None
+
+
+def cgroup_headroom(cgroup_root: Path = CGROUP_ROOT, membership: Path = Path("/proc/self/cgroup")) -> int | None:
+    """Bytes this process's memory cgroup may still be charged: the least, over its cgroup and every ancestor that has
+    a memory limit, of the limit minus the usage (cgroup v2 ``memory.max`` / ``memory.current``, else v1
+    ``memory.limit_in_bytes`` / ``memory.usage_in_bytes``). None when no level has a limit, or where the hierarchy
+    cannot be read (not Linux, no memory controller)."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        hierarchy, controllers, path = [*line.split(":", 2), "", ""][:3]
+        if hierarchy == "0" and not controllers:  # v2: one unified hierarchy
+            base, files = cgroup_root, ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):  # v1: the memory controller's own hierarchy
+            base, files = cgroup_root / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        folder = base / path.lstrip("/")
+        if (folder / files[1]).is_file():  # this process's cgroup, as this hierarchy shows it
+            return _least_headroom(base, folder, files)
+    return None
+
+
+def _least_headroom(base: Path, folder: Path, files: tuple[str, str]) -> int | None:
+    """The least limit-minus-usage from the cgroup ``folder`` up to the hierarchy's root ``base`` (None: no limit on
+    the way)."""
+    least: int | None = None
+    while True:
+        try:
+            limit, usage = ((folder / name).read_text().strip() for name in files)
+            if limit != "max" and int(limit) < 1 << 60:  # v1 writes "no limit" as a number near 2**63
+                left = max(int(limit) - int(usage), 0)
+                least = left if least is None else min(least, left)
+        except (OSError, ValueError):  # the root of a v2 hierarchy has no memory.max: no limit at that level
+            pass
+        if folder in (base, folder.parent):
+            return least
+        folder = folder.parent
 
 
 def is_private(directory: Path) -> bool:

@@ -15,6 +15,7 @@ from maxent_grpo.training.generation.backends.weight_directory import WeightDire
 from maxent_grpo.training.generation.backends.weights_location import (
     DEFAULT_WEIGHTS_FOLDER,
     ROOM_FACTOR,
+    cgroup_headroom,
     is_loopback,
     is_memory_backed,
     is_private,
@@ -141,3 +142,41 @@ def test_a_symlink_in_place_of_the_memory_directory_is_not_followed(memory: Path
     elsewhere.mkdir(mode=0o700)
     (memory / f"maxent-grpo-weights-{os.getuid()}").symlink_to(elsewhere)
     assert memory_directory(1) is None
+
+
+def _cgroup_file(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{text}\n")
+
+
+def test_the_cgroup_headroom_is_the_least_below_any_limit_on_the_way_up(tmp_path: Path):
+    # cgroup v2: the job's cgroup (no limit of its own) inside a slice limited to 10 GB with 7 GB in use.
+    membership = tmp_path / "cgroup"
+    membership.write_text("0::/slice/job\n")
+    root = tmp_path / "fs"
+    _cgroup_file(root / "slice" / "job" / "memory.max", "max")
+    _cgroup_file(root / "slice" / "job" / "memory.current", str(1 << 30))
+    _cgroup_file(root / "slice" / "memory.max", str(10 << 30))
+    _cgroup_file(root / "slice" / "memory.current", str(7 << 30))
+    assert cgroup_headroom(root, membership) == 3 << 30
+    _cgroup_file(root / "slice" / "job" / "memory.max", str(2 << 30))  # a tighter limit below it wins
+    assert cgroup_headroom(root, membership) == 1 << 30
+    # cgroup v1: the memory controller's hierarchy; its "no limit" is a number near 2**63.
+    membership.write_text("5:cpu,cpuacct:/job\n4:memory:/job\n0::/\n")
+    _cgroup_file(root / "memory" / "job" / "memory.limit_in_bytes", "9223372036854771712")
+    _cgroup_file(root / "memory" / "job" / "memory.usage_in_bytes", str(1 << 30))
+    assert cgroup_headroom(root, membership) is None
+    _cgroup_file(root / "memory" / "job" / "memory.limit_in_bytes", str(5 << 30))
+    assert cgroup_headroom(root, membership) == 4 << 30
+    assert cgroup_headroom(root, tmp_path / "no-such-file") is None  # not Linux: nothing known, nothing refused
+
+
+def test_this_machines_cgroup_is_read():
+    headroom = cgroup_headroom()
+    assert headroom is None or headroom >= 0
+
+
+def test_memory_is_not_used_past_the_jobs_memory_limit(tmp_path: Path, memory: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(weights_location, "cgroup_headroom", lambda: 100)  # files in memory count against it
+    assert weights_root(None, tmp_path, LOCAL, 34) == tmp_path / DEFAULT_WEIGHTS_FOLDER  # 3 x 34 > 100
+    assert weights_root(None, tmp_path, LOCAL, 33) == memory / f"maxent-grpo-weights-{os.getuid()}"
