@@ -185,8 +185,9 @@ class DiskReloadExtension:
         read = time.perf_counter()
         runner = self.model_runner
         with set_current_vllm_config(self.vllm_config):
-            # Tensors read for this reload alone stay mapped from their files until it returns: no copy needed.
-            stale = reload_in_place(runner.get_model(), runner.model_config, tensors.items(), copy=bool(keep))
+            # The tensors stay as they are until the reload returns (mapped from their files, or the held copy, which
+            # only the next call's delta changes): vLLM needs no copy of them.
+            stale = reload_in_place(runner.get_model(), runner.model_config, tensors.items(), copy=False)
         if keep and not stale:
             self._maxent_held = _Held(version, tensors)
         return {

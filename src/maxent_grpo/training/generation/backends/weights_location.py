@@ -72,44 +72,67 @@ def memory_directory(needed_bytes: int, *, root: Path | None = None) -> Path | N
     return directory if is_private(directory) else None
 
 
+#: A cgroup's memory limit file, usage file and the ``memory.stat`` key of its inactive file cache: v2, then v1.
+_V2_FILES = ("memory.max", "memory.current", "inactive_file")
+_V1_FILES = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+
+
 def cgroup_headroom(cgroup_root: Path = CGROUP_ROOT, membership: Path = Path("/proc/self/cgroup")) -> int | None:
     """Bytes this process's memory cgroup may still be charged: the least, over its cgroup and every ancestor that has
-    a memory limit, of the limit minus the usage (cgroup v2 ``memory.max`` / ``memory.current``, else v1
-    ``memory.limit_in_bytes`` / ``memory.usage_in_bytes``). None when no level has a limit, or where the hierarchy
-    cannot be read (not Linux, no memory controller)."""
+    a memory limit, of the limit minus what the kernel could not reclaim to make room (the usage less the inactive file
+    cache; cgroup v2 ``memory.max`` / ``memory.current`` / ``memory.stat``, else v1 ``memory.limit_in_bytes`` /
+    ``memory.usage_in_bytes`` / ``memory.stat``). A cgroup path that the mount does not show (a container without a
+    cgroup namespace, whose own cgroup is mounted at the root) is read at the mount's root. None when no level has a
+    limit, or where the hierarchy cannot be read (not Linux, no memory controller, no permission)."""
     try:
         lines = membership.read_text().splitlines()
+        for line in lines:
+            hierarchy, controllers, path = [*line.split(":", 2), "", ""][:3]
+            if hierarchy == "0" and not controllers:  # v2: one unified hierarchy
+                base, files = cgroup_root, _V2_FILES
+            elif "memory" in controllers.split(","):  # v1: the memory controller's own hierarchy
+                base, files = cgroup_root / "memory", _V1_FILES
+            else:
+                continue
+            folder = base / path.lstrip("/")
+            found, least = _least_headroom(base, folder if folder.is_dir() else base, files)
+            if found:
+                return least
     except OSError:
         return None
-    for line in lines:
-        hierarchy, controllers, path = [*line.split(":", 2), "", ""][:3]
-        if hierarchy == "0" and not controllers:  # v2: one unified hierarchy
-            base, files = cgroup_root, ("memory.max", "memory.current")
-        elif "memory" in controllers.split(","):  # v1: the memory controller's own hierarchy
-            base, files = cgroup_root / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes")
-        else:
-            continue
-        folder = base / path.lstrip("/")
-        if (folder / files[1]).is_file():  # this process's cgroup, as this hierarchy shows it
-            return _least_headroom(base, folder, files)
     return None
 
 
-def _least_headroom(base: Path, folder: Path, files: tuple[str, str]) -> int | None:
-    """The least limit-minus-usage from the cgroup ``folder`` up to the hierarchy's root ``base`` (None: no limit on
-    the way)."""
-    least: int | None = None
+def _least_headroom(base: Path, folder: Path, files: tuple[str, str, str]) -> tuple[bool, int | None]:
+    """Whether any level from the cgroup ``folder`` up to the hierarchy's root ``base`` shows its memory usage, and the
+    least headroom below a limit on the way (None: no limit)."""
+    limit_file, usage_file, inactive_key = files
+    found, least = False, None
     while True:
         try:
-            limit, usage = ((folder / name).read_text().strip() for name in files)
+            usage = int((folder / usage_file).read_text())
+            found = True
+            limit = (folder / limit_file).read_text().strip()
             if limit != "max" and int(limit) < 1 << 60:  # v1 writes "no limit" as a number near 2**63
-                left = max(int(limit) - int(usage), 0)
+                left = max(int(limit) - usage + _stat(folder / "memory.stat", inactive_key), 0)
                 least = left if least is None else min(least, left)
-        except (OSError, ValueError):  # the root of a v2 hierarchy has no memory.max: no limit at that level
+        except (OSError, ValueError):  # no memory files at this level (a v2 root, a level without the controller)
             pass
         if folder in (base, folder.parent):
-            return least
+            return found, least
         folder = folder.parent
+
+
+def _stat(path: Path, key: str) -> int:
+    """The value of ``key`` in a cgroup's ``memory.stat`` (0 where it cannot be read)."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def is_private(directory: Path) -> bool:

@@ -171,6 +171,29 @@ def test_the_cgroup_headroom_is_the_least_below_any_limit_on_the_way_up(tmp_path
     assert cgroup_headroom(root, tmp_path / "no-such-file") is None  # not Linux: nothing known, nothing refused
 
 
+def test_the_cgroup_headroom_counts_reclaimable_cache_and_finds_the_limit_where_a_container_shows_it(tmp_path: Path):
+    membership, root = tmp_path / "cgroup", tmp_path / "fs"
+    # A v1 container without a cgroup namespace: /proc shows the host's path, the mount holds its own cgroup.
+    membership.write_text("12:memory:/docker/abc\n0::/\n")
+    _cgroup_file(root / "memory" / "memory.limit_in_bytes", str(5 << 30))
+    _cgroup_file(root / "memory" / "memory.usage_in_bytes", str(4 << 30))
+    _cgroup_file(root / "memory" / "memory.stat", f"cache {3 << 30}\ntotal_inactive_file {2 << 30}")
+    assert cgroup_headroom(root, membership) == 3 << 30  # 5 GB - (4 GB used - 2 GB of cache it can drop)
+    # v2, a leaf whose parent does not hand it the memory controller: the limit above it still counts.
+    membership.write_text("0::/slice/job\n")
+    (root / "slice" / "job").mkdir(parents=True)
+    _cgroup_file(root / "slice" / "memory.max", str(8 << 30))
+    _cgroup_file(root / "slice" / "memory.current", str(7 << 30))
+    _cgroup_file(root / "slice" / "memory.stat", f"anon {6 << 30}\ninactive_file {1 << 29}")
+    assert cgroup_headroom(root, membership) == (1 << 30) + (1 << 29)
+
+
+def test_a_cgroup_path_that_cannot_be_read_means_nothing_is_known(tmp_path: Path):
+    membership = tmp_path / "cgroup"
+    membership.write_text(f"4:memory:/{'x' * 300}\n")  # a name past the file system's limit: ENAMETOOLONG
+    assert cgroup_headroom(tmp_path / "fs", membership) is None
+
+
 def test_this_machines_cgroup_is_read():
     headroom = cgroup_headroom()
     assert headroom is None or headroom >= 0
