@@ -150,25 +150,10 @@ def wait_for_quiet(cores: Sequence[int], timeout: float) -> float:
 
 
 def start_server(model_dir: Path, port: int, core: int, max_model_len: int) -> subprocess.Popen[bytes]:
-    from maxent_grpo.cli.vllm_serve import serve_command, serve_environment, wait_until_ready
+    from maxent_grpo.bench.pinned_server import start_pinned_server
+    from maxent_grpo.cli.vllm_serve import wait_until_ready
 
-    command = serve_command(
-        str(model_dir),
-        host="127.0.0.1",
-        port=port,
-        weight_transfer="disk",
-        vllm_args=["--dtype", "float32", "--max-model-len", str(max_model_len), "--enforce-eager"],
-    )
-    base = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": str(core)}
-    base.pop("OMP_NUM_THREADS", None)  # the trainer's setting, not the server's
-    env = serve_environment(base, "disk")
-    server = subprocess.Popen(
-        command,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=lambda: os.sched_setaffinity(0, {core}),
-    )
+    server = start_pinned_server(model_dir, port, core, max_model_len)
     problem = wait_until_ready(server, f"http://127.0.0.1:{port}", 900)
     if problem is not None:
         server.terminate()
@@ -418,6 +403,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--trainer-core", type=int, default=1)
     add_output_arguments(parser, "async_generation", Path(__file__).resolve().parent / "results" / "async_generation")
     options = parser.parse_args(argv)
+    if options.rounds < 2:
+        parser.error("--rounds must be at least 2 (the reward's run-to-run variance needs two runs per arm)")
     if options.steps < 3:
         parser.error("--steps must be at least 3 (the first and last steps are not timed)")
     if not 1 <= options.reward_steps <= options.steps:

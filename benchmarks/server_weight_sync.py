@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -43,7 +42,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Traine
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
 from maxent_grpo.bench.output import add_output_arguments
-from maxent_grpo.cli.vllm_serve import serve_command, serve_environment, wait_until_ready
+from maxent_grpo.bench.pinned_server import start_pinned_server
+from maxent_grpo.cli.vllm_serve import wait_until_ready
 from maxent_grpo.tiny_model import save_tiny_model
 
 
@@ -77,23 +77,6 @@ class StepTimes(TrainerCallback):
                 "bytes": float(stats.delta_bytes) if stats is not None else float("nan"),
             }
         )
-
-
-def start_server(model_dir: Path, port: int, core: int | None) -> subprocess.Popen[bytes]:
-    command = serve_command(
-        str(model_dir),
-        host="127.0.0.1",
-        port=port,
-        weight_transfer="disk",
-        vllm_args=["--dtype", "float32", "--max-model-len", "128", "--enforce-eager"],
-    )
-    base = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    if core is not None:  # vLLM binds its OpenMP threads to every core it finds unless told which
-        base["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
-    base.pop("OMP_NUM_THREADS", None)  # the trainer's setting, not the server's
-    env = serve_environment(base, "disk")
-    pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin)
 
 
 def train_arm(arm: str, model_dir: Path, steps: int, url: str, work: Path) -> dict[str, float]:
@@ -145,7 +128,7 @@ def train_arm(arm: str, model_dir: Path, steps: int, url: str, work: Path) -> di
 @contextlib.contextmanager
 def own_server(model_dir: Path, port: int, core: int | None) -> Iterator[str]:
     """A server of ``model_dir`` started for the benchmark (pinned to ``core``); yields its URL."""
-    server = start_server(model_dir, port, core)
+    server = start_pinned_server(model_dir, port, core, max_model_len=128)
     try:
         problem = wait_until_ready(server, f"http://127.0.0.1:{port}", 900)
         if problem is not None:
@@ -196,12 +179,12 @@ def main() -> None:
                 model_dir = save_tiny_model(work / f"model-{hidden}x{layers}", hidden_size=hidden, num_layers=layers)
                 targets.append((model_dir, own_server(model_dir, options.port, None if cores is None else cores[0])))
         for model_dir, server in targets:
+            config = AutoConfig.from_pretrained(model_dir)
+            shape = {"hidden_size": config.hidden_size, "num_layers": config.num_hidden_layers}
             with server as url:
                 for arm in ARMS:
                     row = train_arm(arm, model_dir, options.steps, url, work)
                     row["share"] = (row["write"] + row["push_total"]) / row["step"]
-                    config = AutoConfig.from_pretrained(model_dir)
-                    shape = {"hidden_size": config.hidden_size, "num_layers": config.num_hidden_layers}
                     results.append({**shape, "arm": arm, **row})
                     print(
                         f"{row['parameters']:>11,.0f} {arm:>10} {row['mb_per_version']:>10.2f} {row['write']:>8.1f} "

@@ -44,3 +44,5 @@ def test_the_server_is_started_on_the_port_unless_a_running_one_is_given() -> No
     assert (given.started_server, given.server_url) == (False, "http://127.0.0.1:9000")
     with pytest.raises(SystemExit):
         benchmark.parse_args(["--steps", "2"])
+    with pytest.raises(SystemExit):  # one run per arm gives no run-to-run variance: refused before anything runs
+        benchmark.parse_args(["--rounds", "1"])

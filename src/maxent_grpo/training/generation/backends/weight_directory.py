@@ -252,9 +252,7 @@ class WeightDirectory:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except FileNotFoundError:
             return True
-        except BlockingIOError:
-            return False
-        except OSError:  # a lock file this user may not open (another user's run): taken as alive
+        except OSError:  # the lock is held (BlockingIOError), or this user may not open it (another user's): alive
             return False
         return True
 
