@@ -74,7 +74,7 @@ nitpick_ignore_regex = [
 ]
 # Where an annotation is a string autodoc cannot evaluate, these short names still link to this package's objects.
 autodoc_type_aliases = {
-    "WeightSource": "maxent_grpo.training.generation.backends.server_weight_sync.WeightSource",
+    "WeightSource": "maxent_grpo.training.generation.weights.server_sync.WeightSource",
 }
 
 # --- HTML ----------------------------------------------------------------------------------------------------------

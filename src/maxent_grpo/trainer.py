@@ -24,8 +24,7 @@ from maxent_grpo.training.dynamic_sampling import DynamicSampler
 from maxent_grpo.training.empty_batches import EmptyBatchGuard, NoUsableGenerationError
 from maxent_grpo.training.entropy_bonus import scaled_entropy_bonus
 from maxent_grpo.training.generation.async_generation import AsyncGeneration
-from maxent_grpo.training.generation.backends import capabilities, colocate_engine, trl_server_client
-from maxent_grpo.training.generation.backends.protocol import GenerationBackend
+from maxent_grpo.training.generation.backends import colocate_engine
 from maxent_grpo.training.generation.backends.rollout_function import RolloutFunctionBackend
 from maxent_grpo.training.generation.backends.selection import (
     build_backend,
@@ -34,11 +33,14 @@ from maxent_grpo.training.generation.backends.selection import (
     weight_transfer_name,
 )
 from maxent_grpo.training.generation.batch_state import GenerationBatchState
+from maxent_grpo.training.generation.contract import capabilities
+from maxent_grpo.training.generation.contract.protocol import GenerationBackend
 from maxent_grpo.training.generation.episodes.trainer_setup import (
     context_length,
     episode_settings,
     take_over_environments,
 )
+from maxent_grpo.training.generation.server_client import trl_client
 from maxent_grpo.training.generation.trainer_step import generate_batch
 from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
 from maxent_grpo.training.listwise_rollout import rollout_batch
@@ -89,7 +91,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     colocated vLLM engine runs in ``vllm_dtype`` (`backends.colocate_engine`); TRL's server client waits for the
     server with a line every 30 s and one clear error after ``vllm_server_timeout``, and with the disk weight transfer
     it is built without vLLM and without its NCCL group, so a CPU trainer, or one without vLLM installed, can use a
-    server (`backends.trl_server_client`).
+    server (`server_client.trl_client`).
 
     All arguments but the two below are `GRPOTrainer`'s, ``tools``, ``environment_factory`` and ``rollout_func``
     included (``rollout_func`` cannot be combined with ``generation_backend``, tools or environments, nor tools with
@@ -131,9 +133,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             if config.use_vllm and config.vllm_mode == "server":
                 disk = weight_transfer_name(config) == "disk"
                 building.enter_context(
-                    trl_server_client.server_client(
-                        disk=disk, api_key=server_api_key(config), base_urls=server_urls(config)
-                    )
+                    trl_client.server_client(disk=disk, api_key=server_api_key(config), base_urls=server_urls(config))
                 )
             super().__init__(*positional, **kwargs)
         check_tied_output_layer(self.model)

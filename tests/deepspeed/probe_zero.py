@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from maxent_grpo.cli.command import _end_training
+from maxent_grpo.cli.commands.train import end_training
 from tests.deepspeed import probe_server_weights, probe_symmetry, probe_update
 
 
@@ -55,7 +55,7 @@ def main(output_dir: Path, deepspeed_config: Path, served: list[str]) -> None:
             initial,
         )
         accelerator = section("server_weights", run)
-    _end_training(accelerator)
+    end_training(accelerator)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from typing import Any
 
 from accelerate import Accelerator
 
-from maxent_grpo.cli.command import _end_training
+from maxent_grpo.cli.commands.train import end_training
 from tests.distributed import probe_collective_reward, probe_fsdp2, probe_gradient, probe_tools, probe_train
 
 SCENARIO_TIMEOUT_S = 600  # what one launch per scenario was given
@@ -79,7 +79,7 @@ def main() -> None:
         accelerator.free_memory()
         gc.collect()
     if accelerator is not None:
-        _end_training(accelerator)
+        end_training(accelerator)
 
 
 if __name__ == "__main__":

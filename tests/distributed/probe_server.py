@@ -27,7 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.distributed import DistributedConfig
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.cli.command import _end_training
+from maxent_grpo.cli.commands.train import end_training
 from tests.support.server_logprobs import PROBE_TEXT, ProbeAfterEachCall, model_logprobs
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 
@@ -119,7 +119,7 @@ def main() -> None:
         accelerator = train(folder, model_dir, base_url, variant)
         accelerator.free_memory()  # this variant's model and optimizer, while the process group is still there
         gc.collect()
-    _end_training(accelerator)  # the trainers are gone by now
+    end_training(accelerator)  # the trainers are gone by now
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def _run_launch(tmp_path: Path, *probe_args: str, probe: str, timeout: float) ->
 def _launch(tmp_path: Path, *probe_args: str, probe: str = "probe_train.py") -> list[dict]:
     """Run ``probe`` (in this folder) on two processes with ``tmp_path`` and ``probe_args``; return each rank's JSON
     (the probe writes ``tmp_path``/rank<r>.json). The run must exit 0 without a traceback (a clean end, see
-    `maxent_grpo.cli.command._end_training`)."""
+    `maxent_grpo.cli.commands.train.end_training`)."""
     launch = _run_launch(tmp_path, *probe_args, probe=probe, timeout=600)
     assert launch.returncode == 0, launch.report()
     assert "Traceback" not in launch.stderr, launch.stderr[-6000:]

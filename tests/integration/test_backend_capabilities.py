@@ -11,7 +11,7 @@ import torch
 
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.training.empty_batches import NoUsableGenerationError
-from maxent_grpo.training.generation.backends import capabilities
+from maxent_grpo.training.generation.contract import capabilities
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 

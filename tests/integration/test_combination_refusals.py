@@ -9,7 +9,7 @@ import importlib.util
 import pytest
 
 from maxent_grpo import MaxEntGRPOTrainer
-from maxent_grpo.training.generation.backends.protocol import Completion
+from maxent_grpo.training.generation.contract.protocol import Completion
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
 

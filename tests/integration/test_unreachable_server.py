@@ -1,7 +1,7 @@
 """A vLLM server that never comes up: a few waiting lines, then one clear error after ``vllm_server_timeout``.
 
 The address is a real port on 127.0.0.1 that refuses connections (bound, never listening). The trainer's own
-server mode waits in the client TRL builds (`trl_server_client`), a backend given to the trainer waits at its first
+server mode waits in the client TRL builds (`trl_client`), a backend given to the trainer waits at its first
 generation call (`ServerTransport.served_model`); both wait with `HealthWait` and end in one
 `VLLMServerUnavailableError`, a `GenerationStopped`, instead of retried calls and dropped batches.
 """
@@ -17,8 +17,8 @@ import pytest
 import requests
 
 from maxent_grpo import MaxEntGRPOTrainer, SamplingSettings, VLLMServerBackend
-from maxent_grpo.training.generation.backends.protocol import GenerationStopped
-from maxent_grpo.training.generation.backends.server_transport import HealthWait, VLLMServerUnavailableError
+from maxent_grpo.training.generation.contract.protocol import GenerationStopped
+from maxent_grpo.training.generation.server_client.transport import HealthWait, VLLMServerUnavailableError
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
 
 

@@ -17,15 +17,15 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from maxent_grpo.collectives import Collectives
-from maxent_grpo.training.generation.backends.protocol import Completion
-from maxent_grpo.training.generation.backends.sampling import SamplingSettings
-from maxent_grpo.training.generation.backends.server_transport import (
-    VLLMServerRequestError,
-    VLLMServerUnavailableError,
-)
 from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
 from maxent_grpo.training.generation.backends.vllm_server_pool import VLLMServerPool
 from maxent_grpo.training.generation.collect import collect_completion_groups
+from maxent_grpo.training.generation.contract.protocol import Completion
+from maxent_grpo.training.generation.contract.sampling import SamplingSettings
+from maxent_grpo.training.generation.server_client.transport import (
+    VLLMServerRequestError,
+    VLLMServerUnavailableError,
+)
 from maxent_grpo.training.generation.step import GenerationStep
 from tests.support.stand_in_vllm.process import run_test_servers
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from maxent_grpo.training.generation.backends.server_reload_extension import DiskReloadExtension
+from maxent_grpo.serving.reload_extension import DiskReloadExtension
 
 FAULTS_VARIABLE = "MAXENT_TEST_RELOAD_FAULTS"
 QUALNAME = f"{__name__}.FaultyReloadExtension"

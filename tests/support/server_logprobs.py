@@ -9,7 +9,7 @@ import requests
 import torch
 from torch.distributed.tensor import DTensor
 
-from maxent_grpo.training.generation.backends.server_key_guard import KEY_VARIABLE, authorization_headers
+from maxent_grpo.serving.key_guard import KEY_VARIABLE, authorization_headers
 
 # The fixed text: a prompt and a continuation of the tiny tokenizer's characters.
 PROBE_TEXT = "p3:abcab"

@@ -28,7 +28,7 @@ from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 
 from maxent_grpo import Completion, MaxEntGRPOTrainer
-from maxent_grpo.cli.command import _end_training
+from maxent_grpo.cli.commands.train import end_training
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import tiny_config
 
@@ -131,7 +131,7 @@ def run_all(output_dir: Path, train: Train) -> None:
     accelerator, runs = train_all(output_dir, train)
     rank = accelerator.process_index
     (output_dir / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "runs": runs}))
-    _end_training(accelerator)
+    end_training(accelerator)
 
 
 # ------------------------------------------------------------------------------------------------------ checks

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import requests
 
-from maxent_grpo.training.generation.backends.server_weight_sync import ServerWeightSync, WeightSource, parameters
-from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
+from maxent_grpo.training.generation.weights.directory import WeightDirectory
+from maxent_grpo.training.generation.weights.server_sync import ServerWeightSync, WeightSource, parameters
 
 
 def single_try_sync(

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import pytest
 import torch
 
-from maxent_grpo.training.generation.backends.in_place_reload import reload_in_place
+from maxent_grpo.serving.in_place_reload import reload_in_place
 
 
 class Layer(torch.nn.Module):

@@ -20,7 +20,7 @@ import requests
 import torch
 from transformers import AutoModelForCausalLM
 
-from maxent_grpo.training.generation.backends.http_deadline import DeadlineAdapter
+from maxent_grpo.training.generation.server_client.http_deadline import DeadlineAdapter
 from tests.support.server_logprobs import server_logprobs
 from tests.support.weight_sync import single_try_sync
 

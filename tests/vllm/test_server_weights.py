@@ -18,9 +18,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.tiny_model import save_tiny_model
-from maxent_grpo.training.generation.backends import weights_location
-from maxent_grpo.training.generation.backends.protocol import GenerationStopped
-from maxent_grpo.training.generation.backends.weight_directory import FULL_FOLDER
+from maxent_grpo.training.generation.contract.protocol import GenerationStopped
+from maxent_grpo.training.generation.weights import location as weights_location
+from maxent_grpo.training.generation.weights.directory import FULL_FOLDER
 from tests.support.server_logprobs import PROBE_TEXT, ProbeAfterEachCall, model_logprobs, server_logprobs
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, train_in_thread
 from tests.support.weight_sync import single_try_sync

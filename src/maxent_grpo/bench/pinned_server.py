@@ -12,7 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from maxent_grpo.cli.vllm_serve import serve_command, serve_environment
+from maxent_grpo.cli.commands.vllm_serve import serve_command, serve_environment
 
 
 def start_pinned_server(model_dir: Path, port: int, core: int | None, max_model_len: int) -> subprocess.Popen[bytes]:

@@ -2,6 +2,6 @@
 
 import sys
 
-from maxent_grpo.cli.command import main
+from maxent_grpo.cli.main import main
 
 sys.exit(main())

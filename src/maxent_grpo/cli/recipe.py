@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from trl import ModelConfig, TrlParser
 
-from maxent_grpo.cli.usage_error import UsageError, UsageErrorParser
+from maxent_grpo.cli.usage_error import PROG, UsageError, UsageErrorParser
 
 if TYPE_CHECKING:
     from maxent_grpo.cli.script_args import TrainScriptArguments
     from maxent_grpo.config import MaxEntGRPOConfig
 
-PROG = "maxent-grpo"
 FIELDS_HINT = (
     "maxent-grpo config-reference lists the MaxEnt fields and the script arguments; the other fields are TRL's "
     "GRPOConfig and ModelConfig"
@@ -195,6 +194,15 @@ def missing_required_message(missing: Sequence[str], recipe: str | None) -> str:
     )
 
 
+def check_required(script_args: TrainScriptArguments, model_args: ModelConfig, recipe: str | None = None) -> None:
+    """`model_name_or_path` and `dataset_name`, optional in TRL's dataclasses, are what `train` cannot do without
+    (``recipe``: the path of the recipe read, or None, for the message)."""
+    given = {"model_name_or_path": model_args.model_name_or_path, "dataset_name": script_args.dataset_name}
+    missing = [f"--{name}" for name, value in given.items() if value is None]
+    if missing:
+        raise UsageError(missing_required_message(missing, recipe))
+
+
 def split_recipe(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     """The recipe path of ``--config PATH`` (or ``--config=PATH``), None without one, and the other arguments.
 
@@ -226,7 +234,7 @@ def check_required_named(recipe_path: str | None, args: Sequence[str]) -> None:
     first refuse TRL's default bf16 on a machine without a GPU). Reads the recipe, sets nothing.
 
     An option counts as given when it is a field's name (or its dashed twin, ``--dataset-name``) or, as argparse
-    takes abbreviations, the start of one; the exact check is `script_args.check_required`, after parsing.
+    takes abbreviations, the start of one; the exact check is `check_required`, after parsing.
 
     Raises:
         UsageError: naming the missing fields, or a recipe that cannot be read.
@@ -251,7 +259,6 @@ def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntG
             or malformed recipe, unknown field, value of the wrong type, or a value the config rejects (its
             `ValueError` names the field).
     """
-    import maxent_grpo.cli.script_args as inputs
 
     recipe_path, args = split_recipe(argv)
     check_required_named(recipe_path, args)
@@ -267,5 +274,5 @@ def parse_train_args(argv: Sequence[str]) -> tuple[TrainScriptArguments, MaxEntG
     if remaining:
         name = remaining[0].removeprefix("--").partition("=")[0]
         raise UsageError(f"unknown argument {remaining[0]!r}: {_unknown_field_hint(name, _field_types(parser))}")
-    inputs.check_required(script_args, model_args, recipe_path)
+    check_required(script_args, model_args, recipe_path)
     return script_args, config, model_args

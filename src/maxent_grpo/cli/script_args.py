@@ -81,17 +81,6 @@ class TrainScriptArguments(ScriptArguments):
     )
 
 
-def check_required(script_args: TrainScriptArguments, model_args: ModelConfig, recipe: str | None = None) -> None:
-    """`model_name_or_path` and `dataset_name`, optional in TRL's dataclasses, are what `train` cannot do without
-    (``recipe``: the path of the recipe read, or None, for the message)."""
-    from maxent_grpo.cli.recipe import missing_required_message
-
-    given = {"model_name_or_path": model_args.model_name_or_path, "dataset_name": script_args.dataset_name}
-    missing = [f"--{name}" for name, value in given.items() if value is None]
-    if missing:
-        raise UsageError(missing_required_message(missing, recipe))
-
-
 def load_train_dataset(args: TrainScriptArguments) -> Dataset | IterableDataset:
     """Load `dataset_train_split`, rename the prompt / answer columns and keep the first `dataset_num_prompts` rows."""
     if args.dataset_num_prompts is not None and args.dataset_num_prompts < 1:

@@ -13,7 +13,7 @@ import shutil
 import textwrap
 from collections.abc import Sequence
 
-from maxent_grpo.cli.recipe import PROG
+from maxent_grpo.cli.usage_error import PROG
 
 HELP_OPTIONS = ("-h", "--help")
 HELP_ALL_OPTION = "--help-all"

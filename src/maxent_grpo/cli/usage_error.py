@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
+#: The console script's name, at the start of every line the command prints about its input.
+PROG = "maxent-grpo"
+
 
 class UsageError(Exception):
     """Input that cannot be used (a bad field, file, data set, model or reward name); its message is one sentence."""

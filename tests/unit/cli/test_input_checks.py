@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from datasets import Dataset
 
-from maxent_grpo.cli.command import interrupted_message
+from maxent_grpo.cli.commands.train import interrupted_message
 from maxent_grpo.cli.data_file_checks import check_data_file
 from maxent_grpo.cli.hub_access import looks_local
 from maxent_grpo.cli.prompt_checks import check_prompts

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 
-from maxent_grpo.cli.vllm_serve import _other_listeners, port_in_use
+from maxent_grpo.cli.commands.vllm_serve import _other_listeners, port_in_use
 
 
 def listener(reuse_port: bool = False) -> socket.socket:

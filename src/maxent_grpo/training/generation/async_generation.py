@@ -43,14 +43,14 @@ import torch
 
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.combination_checks import generation_span
-from maxent_grpo.training.generation.backends.capabilities import (
+from maxent_grpo.training.generation.call_ahead import Prefetch, ReplayedFirstCall, first_call
+from maxent_grpo.training.generation.contract.capabilities import (
     SupportsCancel,
     SupportsDeadline,
     SupportsSamplerLogprobs,
     SupportsTokenPrompts,
 )
-from maxent_grpo.training.generation.backends.protocol import Completion, GenerationBackend
-from maxent_grpo.training.generation.call_ahead import Prefetch, ReplayedFirstCall, first_call
+from maxent_grpo.training.generation.contract.protocol import Completion, GenerationBackend
 from maxent_grpo.training.generation.rows import GeneratedRows
 from maxent_grpo.training.generation.step import weight_counts
 

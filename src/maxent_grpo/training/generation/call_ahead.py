@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from maxent_grpo.training.generation.backends.capabilities import SupportsDeadline, SupportsStats
-from maxent_grpo.training.generation.backends.protocol import Completion, GenerationBackend
+from maxent_grpo.training.generation.contract.capabilities import SupportsDeadline, SupportsStats
+from maxent_grpo.training.generation.contract.protocol import Completion, GenerationBackend
 from maxent_grpo.training.generation.rows import local_runs
 
 

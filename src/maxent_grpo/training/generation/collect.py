@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from maxent_grpo.training.generation.backends.protocol import Completion, GenerationBackend, GenerationStopped
+from maxent_grpo.training.generation.contract.protocol import Completion, GenerationBackend, GenerationStopped
 from maxent_grpo.training.generation.helpers import (
     AggregatedGenerationState,
     append_completion_group,

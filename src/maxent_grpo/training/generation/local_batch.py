@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.collect import STAT_KEYS, CollectedGroups
+from maxent_grpo.training.generation.contract.protocol import Completion
 
 
 @dataclass

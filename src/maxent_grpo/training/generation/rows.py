@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from maxent_grpo.training.generation.backends.protocol import Completion
-from maxent_grpo.training.generation.episodes.trace import EpisodeTrace
+from maxent_grpo.training.generation.contract.episode_trace import EpisodeTrace
+from maxent_grpo.training.generation.contract.protocol import Completion
 
 
 def local_runs(num_rows: int, row_offset: int, group_size: int) -> list[range]:

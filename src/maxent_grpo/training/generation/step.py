@@ -24,14 +24,14 @@ import torch
 
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.dynamic_sampling import DynamicSampler, RefillOutcome
-from maxent_grpo.training.generation.backends.capabilities import (
+from maxent_grpo.training.generation.collect import STAT_KEYS, collect_completion_groups
+from maxent_grpo.training.generation.contract.capabilities import (
     SupportsDeadline,
     SupportsFailureReasons,
     SupportsStats,
 )
-from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
-from maxent_grpo.training.generation.backends.protocol import GenerationBackend, GenerationStopped
-from maxent_grpo.training.generation.collect import STAT_KEYS, collect_completion_groups
+from maxent_grpo.training.generation.contract.completion_check import CompletionCheck
+from maxent_grpo.training.generation.contract.protocol import GenerationBackend, GenerationStopped
 from maxent_grpo.training.generation.helpers import determine_retry_limit
 from maxent_grpo.training.generation.local_batch import LocalBatch
 from maxent_grpo.training.generation.rows import GeneratedRows, assemble_rows, local_runs

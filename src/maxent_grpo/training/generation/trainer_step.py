@@ -20,9 +20,9 @@ from trl import GRPOTrainer
 
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.dynamic_sampling import merge_extra_logs
-from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
 from maxent_grpo.training.generation.batch_state import GenerationBatchState
 from maxent_grpo.training.generation.completion_format import row_completions
+from maxent_grpo.training.generation.contract.completion_check import CompletionCheck
 from maxent_grpo.training.generation.episodes.backend import EpisodeBackend
 from maxent_grpo.training.generation.episodes.metrics import tool_metrics
 from maxent_grpo.training.generation.episodes.trainer_setup import step_backend

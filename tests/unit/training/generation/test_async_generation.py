@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.generation.async_generation import AsyncGeneration
-from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
-from maxent_grpo.training.generation.backends.protocol import Completion, TokenPrompt
 from maxent_grpo.training.generation.call_ahead import FirstCall, first_call
+from maxent_grpo.training.generation.contract.completion_check import CompletionCheck
+from maxent_grpo.training.generation.contract.protocol import Completion, TokenPrompt
 from maxent_grpo.training.generation.step import GenerationStep
 
 

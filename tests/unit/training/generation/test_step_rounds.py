@@ -13,8 +13,8 @@ from datasets import Dataset
 from maxent_grpo import Completion
 from maxent_grpo.collectives import Collectives
 from maxent_grpo.training.dynamic_sampling import DynamicSampler
-from maxent_grpo.training.generation.backends.protocol import GenerationStopped
 from maxent_grpo.training.generation.collect import collect_completion_groups
+from maxent_grpo.training.generation.contract.protocol import GenerationStopped
 from maxent_grpo.training.generation.step import GenerationStep
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from maxent_grpo.training.generation.backends.in_place_reload import reload_in_place
+from maxent_grpo.serving.in_place_reload import reload_in_place
 
 # Trainers built at once in several threads take turns, so none sees another's wrapper.
 _BUILD_LOCK = threading.Lock()

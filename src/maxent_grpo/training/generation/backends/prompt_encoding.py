@@ -8,7 +8,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 from trl.data_utils import is_conversational
 
-from maxent_grpo.training.generation.backends.protocol import TokenPrompt
+from maxent_grpo.training.generation.contract.protocol import TokenPrompt
 
 
 def encode_prompts(

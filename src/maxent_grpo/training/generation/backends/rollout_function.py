@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from maxent_grpo.training.generation.backends.capabilities import SupportsWeightSync
-from maxent_grpo.training.generation.backends.protocol import BackendContractError, Completion
+from maxent_grpo.training.generation.contract.capabilities import SupportsWeightSync
+from maxent_grpo.training.generation.contract.protocol import BackendContractError, Completion
 
 REQUIRED_KEYS = ("prompt_ids", "completion_ids", "logprobs")
 

@@ -14,16 +14,16 @@ from typing import Any
 
 import torch
 
+from maxent_grpo.serving.key_guard import KEY_VARIABLE
 from maxent_grpo.training.generation.backends import colocate_engine
-from maxent_grpo.training.generation.backends.protocol import GenerationBackend
-from maxent_grpo.training.generation.backends.sampling import SamplingSettings
-from maxent_grpo.training.generation.backends.server_key_guard import KEY_VARIABLE
 from maxent_grpo.training.generation.backends.transformers_backend import TransformersBackend
 from maxent_grpo.training.generation.backends.vllm_colocate import VLLMColocateBackend
 from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
 from maxent_grpo.training.generation.backends.vllm_server_pool import VLLMServerPool
-from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
-from maxent_grpo.training.generation.backends.weights_location import is_memory_backed, weights_root
+from maxent_grpo.training.generation.contract.protocol import GenerationBackend
+from maxent_grpo.training.generation.contract.sampling import SamplingSettings
+from maxent_grpo.training.generation.weights.directory import WeightDirectory
+from maxent_grpo.training.generation.weights.location import is_memory_backed, weights_root
 
 
 def _transformers(trainer: Any) -> GenerationBackend:
@@ -69,7 +69,7 @@ def vllm_install_problem(args: Any) -> str | None:
 
     Colocate mode runs the engine in the trainer, and server mode with the NCCL weight transfer joins vLLM's NCCL
     communicator, so both need vLLM. Server mode with the disk transfer does not: the trainer speaks HTTP to the
-    server and writes the weights into a directory the server reads (`trl_server_client`).
+    server and writes the weights into a directory the server reads (`server_client.trl_client`).
     """
     if not args.use_vllm or importlib.util.find_spec("vllm") is not None:
         return None
@@ -91,7 +91,7 @@ def vllm_install_problem(args: Any) -> str | None:
 
 
 def weights_directory(trainer: Any) -> WeightDirectory:
-    """Where the disk transport writes the weights (`weights_location.weights_root`: ``vllm_weights_dir``, else a
+    """Where the disk transport writes the weights (`weights.location.weights_root`: ``vllm_weights_dir``, else a
     memory-backed directory for servers on this machine, else ``<output_dir>/_vllm-weights``), delta versions with
     ``vllm_weight_delta``. A memory-backed directory's versions are removed when the run ends."""
     args = trainer.args

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from maxent_grpo.training.generation.backends.protocol import Completion, TokenPrompt
+from maxent_grpo.training.generation.contract.protocol import Completion, TokenPrompt
 
 if TYPE_CHECKING:
     from trl import GRPOTrainer

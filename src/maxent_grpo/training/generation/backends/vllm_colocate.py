@@ -13,9 +13,9 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
-from maxent_grpo.training.generation.backends.protocol import Completion
 from maxent_grpo.training.generation.backends.request_seeds import RequestSeeds
-from maxent_grpo.training.generation.backends.sampling import SamplingSettings
+from maxent_grpo.training.generation.contract.protocol import Completion
+from maxent_grpo.training.generation.contract.sampling import SamplingSettings
 
 logger = logging.getLogger(__name__)
 

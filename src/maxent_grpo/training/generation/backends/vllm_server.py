@@ -35,8 +35,8 @@ logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
 - ``out of time``: the generation step's time budget (see `VLLMServerBackend.set_deadline`) was spent: requests in
   flight are cut off, no new try starts, and their prompts' groups come back empty.
 
-The HTTP side (connecting, retries, backoff) is `server_transport`, the request bodies and the reading of answers
-`server_wire`, and the weight versions `server_weight_sync`; this module puts them together.
+The HTTP side (connecting, retries, backoff) is `server_client.transport`, the request bodies and the reading of
+answers `server_client.wire`, and the weight versions `weights.server_sync`; this module puts them together.
 """
 
 from __future__ import annotations
@@ -53,19 +53,18 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
+from maxent_grpo.serving.key_guard import authorization_headers
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
-from maxent_grpo.training.generation.backends.protocol import Completion, TokenPrompt
 from maxent_grpo.training.generation.backends.request_seeds import RequestSeeds
-from maxent_grpo.training.generation.backends.sampling import SamplingSettings, check_int, check_number
-from maxent_grpo.training.generation.backends.server_key_guard import authorization_headers
-from maxent_grpo.training.generation.backends.server_transport import (
+from maxent_grpo.training.generation.contract.completion_check import CompletionCheck
+from maxent_grpo.training.generation.contract.protocol import Completion, TokenPrompt
+from maxent_grpo.training.generation.contract.sampling import SamplingSettings, check_int, check_number
+from maxent_grpo.training.generation.server_client.transport import (
     COMPLETIONS_PATH,
     ServerTransport,
     VLLMServerRequestError,
 )
-from maxent_grpo.training.generation.backends.server_weight_sync import ServerWeightSync, WeightSource, parameters
-from maxent_grpo.training.generation.backends.server_wire import (
+from maxent_grpo.training.generation.server_client.wire import (
     MalformedAnswer,
     answer_choices,
     check_generation_kwargs,
@@ -73,7 +72,8 @@ from maxent_grpo.training.generation.backends.server_wire import (
     group_size_problem,
     parse_choice,
 )
-from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
+from maxent_grpo.training.generation.weights.directory import WeightDirectory
+from maxent_grpo.training.generation.weights.server_sync import ServerWeightSync, WeightSource, parameters
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class VLLMServerBackend:
             once, calls wait for it (`HealthWait`: one warning, then one line every 30 s); once this has passed, a
             call whose quick probe still finds no server raises `VLLMServerUnavailableError`, a `GenerationStopped`:
             training stops at once with that message. The trainer's built-in backend gets ``vllm_server_timeout``.
-        weights_directory: the disk transport (`server_weight_sync`): `sync_weights` writes each new version of the
+        weights_directory: the disk transport (`weights.server_sync`): `sync_weights` writes each new version of the
             training weights here, and before every generation call the server is checked to serve it, and loads it
             (again, after a restart) when it does not. The server must read this directory under the same path and
             run with ``VLLM_SERVER_DEV_MODE=1`` and the worker extension (``maxent-grpo vllm-serve`` starts one so).

@@ -12,7 +12,7 @@ disk transport). What the pool adds:
   serving the trainer's weight version in time) is marked down: its groups come back short and the trainer's retry
   rounds ask for the missing completions again, which the pool then sends to the other servers.
 - **Weights.** `sync_weights` writes each version once; every server is then checked to serve it before it generates
-  (`server_weight_sync`), so a server that restarted gets it again (a resync) before it is given work, while the
+  (`weights.server_sync`), so a server that restarted gets it again (a resync) before it is given work, while the
   others keep generating.
 - **Counts.** ``stats`` sums the servers' counters (the keys of `VLLMServerBackend.stats`) and adds, per server ``k``
   (its index in ``base_urls``), ``servers/<k>/requests``, ``servers/<k>/failures`` (infrastructure failures),
@@ -47,17 +47,17 @@ from typing import Any
 import requests
 import torch
 
-from maxent_grpo.training.generation.backends.protocol import Completion, TokenPrompt
+from maxent_grpo.serving.key_guard import authorization_headers
 from maxent_grpo.training.generation.backends.request_seeds import request_seed
-from maxent_grpo.training.generation.backends.sampling import SamplingSettings
-from maxent_grpo.training.generation.backends.server_key_guard import authorization_headers
-from maxent_grpo.training.generation.backends.server_transport import (
+from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
+from maxent_grpo.training.generation.contract.protocol import Completion, TokenPrompt
+from maxent_grpo.training.generation.contract.sampling import SamplingSettings
+from maxent_grpo.training.generation.server_client.transport import (
     BACKEND_TIMEOUT_SETTING,
     HealthWait,
     VLLMServerUnavailableError,
 )
-from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
-from maxent_grpo.training.generation.backends.weight_directory import WeightDirectory
+from maxent_grpo.training.generation.weights.directory import WeightDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class VLLMServerPool:
         weight_delta: with ``weights_directory`` given as a path, write each version after the first as a delta
             (`VLLMServerBackend`'s ``weight_delta``); a server that does not hold the version before gets the whole
             version. A `WeightDirectory` given as ``weights_directory`` says so itself.
-        api_key: the servers' key (`server_key_guard`), the same for all of them; None: no key.
+        api_key: the servers' key (`key_guard`), the same for all of them; None: no key.
         **options: the other arguments of `VLLMServerBackend` (``tokenizer`` and ``sampling`` among them), the same
             for every server.
     """
@@ -142,7 +142,7 @@ class VLLMServerPool:
         """Return ``counts[i]`` completions (or fewer) for each prompt, aligned with it, from the servers that are up.
 
         Raises:
-            ~maxent_grpo.training.generation.backends.server_transport.VLLMServerUnavailableError: no server was up
+            ~maxent_grpo.training.generation.server_client.transport.VLLMServerUnavailableError: no server was up
                 and none came up within ``connection_timeout``.
         """
         if len(prompts) != len(counts):

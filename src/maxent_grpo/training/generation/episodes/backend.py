@@ -22,20 +22,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from maxent_grpo.training.generation.backends.capabilities import SupportsDeadline, SupportsStats
-from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
-from maxent_grpo.training.generation.backends.protocol import (
+from maxent_grpo.training.generation.collect import AnyProcess, single_process
+from maxent_grpo.training.generation.contract.capabilities import SupportsDeadline, SupportsStats
+from maxent_grpo.training.generation.contract.completion_check import CompletionCheck
+from maxent_grpo.training.generation.contract.episode_trace import EpisodeTrace
+from maxent_grpo.training.generation.contract.protocol import (
     BackendContractError,
     Completion,
     GenerationBackend,
     GenerationStopped,
     TokenPrompt,
 )
-from maxent_grpo.training.generation.collect import AnyProcess, single_process
 from maxent_grpo.training.generation.episodes.environments import EnvironmentPool, environment_tools, observed_prompt
 from maxent_grpo.training.generation.episodes.failure import EpisodeFailed, FailureCause
 from maxent_grpo.training.generation.episodes.tool_calls import ToolCallPolicy, run_tool_calls
-from maxent_grpo.training.generation.episodes.trace import EpisodeTrace
 
 logger = logging.getLogger(__name__)
 

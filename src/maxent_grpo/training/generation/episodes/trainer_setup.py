@@ -18,9 +18,9 @@ from trl.chat_template_utils import parse_response
 from trl.trainer.utils import is_async_callable, shutdown_event_loop_in_daemon, start_event_loop_in_daemon
 
 from maxent_grpo.collectives import Collectives
-from maxent_grpo.training.generation.backends.capabilities import SupportsContextLength
-from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
-from maxent_grpo.training.generation.backends.protocol import GenerationBackend
+from maxent_grpo.training.generation.contract.capabilities import SupportsContextLength
+from maxent_grpo.training.generation.contract.completion_check import CompletionCheck
+from maxent_grpo.training.generation.contract.protocol import GenerationBackend
 from maxent_grpo.training.generation.episodes.backend import EpisodeBackend, EpisodePrompt, EpisodeSettings
 from maxent_grpo.training.generation.episodes.environments import EnvironmentPool, environment_tools
 from maxent_grpo.training.generation.episodes.tool_calls import ToolCallPolicy

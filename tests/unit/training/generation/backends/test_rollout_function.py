@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
-from maxent_grpo.training.generation.backends.protocol import BackendContractError
 from maxent_grpo.training.generation.backends.rollout_function import RolloutFunctionBackend
 from maxent_grpo.training.generation.collect import collect_completion_groups
+from maxent_grpo.training.generation.contract.completion_check import CompletionCheck
+from maxent_grpo.training.generation.contract.protocol import BackendContractError
 
 
 def _decode(ids: list[int]) -> str:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from maxent_grpo import Completion, TokenPrompt
-from maxent_grpo.training.generation.backends.completion_check import CompletionCheck
-from maxent_grpo.training.generation.backends.protocol import BackendContractError, GenerationStopped
+from maxent_grpo.training.generation.contract.completion_check import CompletionCheck
+from maxent_grpo.training.generation.contract.protocol import BackendContractError, GenerationStopped
 from maxent_grpo.training.generation.episodes.backend import EpisodeBackend, EpisodePrompt, EpisodeSettings
 from maxent_grpo.training.generation.episodes.tool_calls import ToolCallPolicy
 
