@@ -24,7 +24,7 @@ from typing import Any
 import requests
 
 from maxent_grpo.cli.commands.vllm_serve import serve_command, serve_environment
-from maxent_grpo.serving.reload_extension import RELOAD_METHOD
+from maxent_grpo.serving.routes import RELOAD_METHOD
 
 _STDERR_TAIL_CHARS = 4000
 

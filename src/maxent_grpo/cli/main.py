@@ -1,6 +1,6 @@
 """The `maxent-grpo` command: a small dispatcher over one module per subcommand (`maxent_grpo.cli.commands`).
 
-Each command module has a ``SUMMARY`` line and ``run(argv) -> int`` and imports what is heavy (torch, transformers,
+Each command module has ``run(argv) -> int`` and imports what is heavy (torch, transformers,
 TRL's trainer) only when it runs, so that `maxent-grpo --help` answers at once. Every command ends the same ways:
 input that cannot be used with one line on stderr and exit code 2 (`UsageError`), a run that produced nothing usable
 or a server that stopped with one line and exit code 1 (`TrainingFailed`), Ctrl-C with one line and exit code 130
@@ -20,18 +20,19 @@ from maxent_grpo.cli.command_errors import Interrupted, TrainingFailed
 from maxent_grpo.cli.trackio_banner import say_local_trackio_logs_stay_local
 from maxent_grpo.cli.usage_error import PROG, UsageError, UsageErrorParser
 
-#: Each command's name and module (under `maxent_grpo.cli.commands`); its summary is the module's ``SUMMARY``.
+#: Each command's module (under `maxent_grpo.cli.commands`) and summary. The summaries live here, not in the
+#: modules, so that ``--help`` imports none of them.
 COMMANDS = {
-    "demo": "demo",
-    "train": "train",
-    "bench": "bench",
-    "config-reference": "config_reference",
-    "vllm-serve": "vllm_serve",
+    "demo": ("demo", "train GRPO and MaxEnt side by side on the tiny offline task and compare their answers"),
+    "train": ("train", "train from a YAML recipe and/or --field value arguments (TRL style; --help lists them)"),
+    "bench": ("bench", "run the benchmark harness (arguments are passed on to it)"),
+    "config-reference": ("config_reference", "print or write the configuration reference (docs/configuration.md)"),
+    "vllm-serve": ("vllm_serve", "start a vLLM server for server mode, wait until it is ready, print its URL"),
 }
 
 
 def _command(name: str):
-    return importlib.import_module(f"maxent_grpo.cli.commands.{COMMANDS[name]}")
+    return importlib.import_module(f"maxent_grpo.cli.commands.{COMMANDS[name][0]}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = UsageErrorParser(
         prog=PROG,
         description="MaxEnt-GRPO for TRL. Commands:\n"
-        + "\n".join(f"  {name:<18}{_command(name).SUMMARY}" for name in COMMANDS),
+        + "\n".join(f"  {name:<18}{summary}" for name, (_, summary) in COMMANDS.items()),
         epilog=f"'{PROG} <command> --help' describes a command's arguments.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

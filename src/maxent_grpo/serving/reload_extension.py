@@ -46,8 +46,6 @@ from maxent_grpo.serving.weight_delta import BASE_KEY, apply_delta
 
 #: The ``--worker-extension-cls`` value that loads `DiskReloadExtension`.
 EXTENSION_QUALNAME = f"{__name__}.DiskReloadExtension"
-#: The method `DiskReloadExtension` adds to vLLM's workers (named so that it cannot clash with vLLM's own).
-RELOAD_METHOD = "maxent_reload_weights"
 #: The environment variable naming the only directory (and what is under it) the extension loads weights from.
 WEIGHTS_ROOT_VARIABLE = "MAXENT_GRPO_WEIGHTS_ROOT"
 #: In the message of a delta refused because the server does not hold its base.

@@ -1,2 +1,1 @@
-"""One module per `maxent-grpo` subcommand, each with a ``SUMMARY`` line and ``run(argv) -> int``
-(dispatched by `maxent_grpo.cli.main`)."""
+"""One module per `maxent-grpo` subcommand, each with ``run(argv) -> int`` (dispatched by `maxent_grpo.cli.main`)."""

@@ -6,8 +6,6 @@ from collections.abc import Sequence
 
 from maxent_grpo.cli.usage_error import UsageError
 
-SUMMARY = "run the benchmark harness (arguments are passed on to it)"
-
 
 def run(argv: Sequence[str]) -> int:
     """``maxent-grpo bench ARGS``: the harness's own parser reads ``ARGS``."""

@@ -7,8 +7,6 @@ from pathlib import Path
 
 from maxent_grpo.cli.usage_error import PROG, UsageError, UsageErrorParser
 
-SUMMARY = "print or write the configuration reference (docs/configuration.md)"
-
 
 def run(argv: Sequence[str]) -> int:
     """``maxent-grpo config-reference [--write FILE.md]``."""

@@ -7,8 +7,6 @@ from pathlib import Path
 
 from maxent_grpo.cli.usage_error import PROG, UsageError, UsageErrorParser
 
-SUMMARY = "train GRPO and MaxEnt side by side on the tiny offline task and compare their answers"
-
 
 def run(argv: Sequence[str]) -> int:
     """``maxent-grpo demo [--steps N] [--output-dir DIR] [--seed S] [--no-trackio]``."""

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from maxent_grpo.config import MaxEntGRPOConfig
     from maxent_grpo.trainer import MaxEntGRPOTrainer
 
-SUMMARY = "train from a YAML recipe and/or --field value arguments (TRL style; --help lists them)"
-
 
 def run(argv: Sequence[str]) -> int:
     """``maxent-grpo train ARGS``: answer ``--help``, check that a model and a data set are named, then train."""

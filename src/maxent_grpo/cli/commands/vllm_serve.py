@@ -52,7 +52,6 @@ from maxent_grpo.serving.key_guard import (
 )
 from maxent_grpo.serving.reload_extension import EXTENSION_QUALNAME, WEIGHTS_ROOT_VARIABLE
 
-SUMMARY = "start a vLLM server for server mode, wait until it is ready, print its URL"
 WEIGHT_TRANSFERS = ("disk", "nccl")
 _POLL_SECONDS = 1.0
 _GRACE_SECONDS = 30.0

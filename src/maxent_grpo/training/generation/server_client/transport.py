@@ -25,6 +25,7 @@ from typing import Any
 
 import requests
 
+from maxent_grpo.serving import routes
 from maxent_grpo.training.generation.contract.protocol import GenerationStopped
 from maxent_grpo.training.generation.server_client.http_deadline import (
     TRANSIENT_ERRORS,
@@ -34,7 +35,7 @@ from maxent_grpo.training.generation.server_client.http_deadline import (
 )
 
 #: The endpoint completions are asked from.
-COMPLETIONS_PATH = "/v1/completions"
+COMPLETIONS_PATH = routes.COMPLETIONS
 
 # HTTP statuses worth retrying besides 5xx; and the 4xx of a completion request that no prompt can cause.
 _TRANSIENT_STATUSES = frozenset({408, 429})
@@ -175,7 +176,7 @@ class HealthWait:
         Returns:
             The 200 response, or the cause of the last failed poll once ``budget`` is spent.
         """
-        url = f"{self.base_url}/health"
+        url = f"{self.base_url}{routes.HEALTH}"
         now = time.monotonic()
         if self._started is None:
             self._started = now
@@ -390,7 +391,7 @@ class ServerTransport:
             health = self._health.wait(budget)
             if isinstance(health, str) and self.time_left() > 0:
                 raise self._health.error(health)
-            answer = self.send("GET", "/v1/models")
+            answer = self.send("GET", routes.MODELS)
             if answer is None:
                 return None
             try:

@@ -31,6 +31,7 @@ from typing import Any
 
 import requests
 
+from maxent_grpo.serving import routes
 from maxent_grpo.serving.key_guard import authorization_headers
 from maxent_grpo.training.generation.server_client.transport import HealthWait
 
@@ -45,7 +46,7 @@ def _first_up(base_urls: Sequence[str], get: Any, url: str, timeout: float) -> r
     last: requests.Response | None = None
     for index, base_url in enumerate(base_urls):
         try:
-            last = get(f"{base_url.rstrip('/')}/health", timeout=timeout)
+            last = get(f"{base_url.rstrip('/')}{routes.HEALTH}", timeout=timeout)
         except requests.RequestException:
             if index == len(base_urls) - 1 and last is None:
                 raise
@@ -93,7 +94,7 @@ def server_client(*, disk: bool, api_key: str | None = None, base_urls: Sequence
                 if isinstance(health, str):
                     raise wait.error(health)
                 if several:  # the server that answered, for TRL's own requests
-                    self.base_url = health.url.removesuffix("/health")
+                    self.base_url = health.url.removesuffix(routes.HEALTH)
                 if "X-Forwarded-For" in health.headers:  # as TRL's: the host the NCCL group connects to
                     self.host = health.headers["X-Forwarded-For"]
 

@@ -40,11 +40,9 @@ import requests
 import torch
 from torch.distributed.tensor import DTensor
 
-from maxent_grpo.serving.reload_extension import (
-    DELTA_BASE_MISSING,
-    EXTENSION_QUALNAME,
-    RELOAD_METHOD,
-)
+from maxent_grpo.serving import routes
+from maxent_grpo.serving.reload_extension import DELTA_BASE_MISSING, EXTENSION_QUALNAME
+from maxent_grpo.serving.routes import RELOAD_METHOD
 from maxent_grpo.training.generation.contract.protocol import GenerationStopped
 from maxent_grpo.training.generation.server_client.http_deadline import TRANSIENT_ERRORS, Answer, exchange
 from maxent_grpo.training.generation.weights.directory import WeightDirectory
@@ -241,7 +239,7 @@ class ServerWeightSync:
         """The version the server claims (``"default"`` for its launch weights); None when it cannot be reached (in
         the step's time budget, unless ``within_step`` is False)."""
         try:
-            answer = self._exchange("GET", "/weight_info", None, _VERSION_TIMEOUT_SECONDS, within_step=within_step)
+            answer = self._exchange("GET", routes.WEIGHT_INFO, None, _VERSION_TIMEOUT_SECONDS, within_step=within_step)
         except TRANSIENT_ERRORS:
             return None
         if answer.status == 404:
@@ -385,7 +383,7 @@ class ServerWeightSync:
                 return refusal
         started = time.perf_counter()
         claimed = self._exchange(
-            "POST", "/update_weight_version", {"new_version": version}, self.request_timeout, within_step=False
+            "POST", routes.UPDATE_WEIGHT_VERSION, {"new_version": version}, self.request_timeout, within_step=False
         )
         seconds["claim"] = time.perf_counter() - started
         if claimed.status != 200:
@@ -401,7 +399,7 @@ class ServerWeightSync:
         for attempt in range(_RESET_ATTEMPTS):
             if attempt:
                 time.sleep(_RESET_PAUSE_SECONDS)
-            answer = self._exchange("POST", "/reset_prefix_cache", None, self.request_timeout, within_step=False)
+            answer = self._exchange("POST", routes.RESET_PREFIX_CACHE, None, self.request_timeout, within_step=False)
             if answer.status != 200:
                 return f"POST /reset_prefix_cache answered HTTP {answer.status}: {answer.text(300)}"
             try:
@@ -418,7 +416,7 @@ class ServerWeightSync:
         """``POST /collective_rpc`` of the extension's reload of ``path`` (it runs to its end once sent, whatever is
         left of the step's time budget)."""
         payload = {"method": RELOAD_METHOD, "kwargs": {"weights_path": str(path), "version": version, "keep": keep}}
-        return self._exchange("POST", "/collective_rpc", payload, self.request_timeout, within_step=False)
+        return self._exchange("POST", routes.COLLECTIVE_RPC, payload, self.request_timeout, within_step=False)
 
     def _reload_problem(self, answer: Answer) -> tuple[str | None, dict[str, Any]]:
         """Why the reload's answer refuses the weights (None: taken), and the first worker's report."""
@@ -445,7 +443,9 @@ class ServerWeightSync:
         marker = {"new_version": f"{self.version}{_REFUSED_SUFFIX}"}
         for _ in range(2):  # a server that answered the refusal with an error may close the kept-alive connection
             try:
-                self._exchange("POST", "/update_weight_version", marker, _VERSION_TIMEOUT_SECONDS, within_step=False)
+                self._exchange(
+                    "POST", routes.UPDATE_WEIGHT_VERSION, marker, _VERSION_TIMEOUT_SECONDS, within_step=False
+                )
                 break
             except TRANSIENT_ERRORS as exc:
                 logger.info("could not mark the refused version on %s: %s", self.base_url, exc)
