@@ -2,8 +2,8 @@
 
 `VLLMServerProcess` is one server process; `running_vllm_server` starts one for a ``with`` block; `SharedVLLMServer`
 is one server shared by many tests (the vllm tier's session server): killed and restarted on the same port by the
-tests that need a restart, and brought back to its launch state (the model's own weights, the launch weight version,
-unpaused) by `SharedVLLMServer.reset` before each test that uses it.
+tests that need a restart, and brought back to its launch state (the model's own weights, the launch weight version) by
+`SharedVLLMServer.reset` before each test that uses it.
 """
 
 from __future__ import annotations
@@ -157,8 +157,8 @@ class SharedVLLMServer:
     """One disk-transfer server (`VLLMServerProcess` started with ``options``) shared by many tests.
 
     `kill` and `restart` (same port, same options) are for the tests about a restart; `reset` brings the server
-    back to how it was launched, whatever the test before did: running (restarted if a test left it dead), unpaused,
-    serving the weights of ``model_dir`` under its launch version, its prefix cache emptied.
+        back to how it was launched, whatever the test before did: running (restarted if a test left it dead), serving
+    the weights of ``model_dir`` under its launch version, its prefix cache emptied.
     """
 
     def __init__(
@@ -219,7 +219,6 @@ class SharedVLLMServer:
         if not self.alive():
             self.restart()
             return
-        self._call("POST", "/resume")
         reload = {"method": RELOAD_METHOD, "kwargs": {"weights_path": str(self.model_dir)}}
         reports = self._call("POST", "/collective_rpc", reload).json()["results"]
         assert reports and all(not report["stale"] for report in reports), reports

@@ -47,6 +47,7 @@ SHARED_SERVER_FILES = frozenset(
         "test_async_generation.py",
         "test_async_generation_benchmark.py",
         "test_interrupted_push.py",
+        "test_server_allowlist.py",
         "test_server_faults.py",
         "test_server_pool.py",
         "test_server_process.py",

@@ -148,7 +148,20 @@ def test_vllm_serve_prints_the_url_a_trainer_trains_against_and_ctrl_c_ends_it_a
             for headers in ({}, {"Authorization": "Bearer not-the-key"}):
                 answer = requests.request(method, f"{url}{route}", json=body, headers=headers, timeout=30)
                 assert answer.status_code == 401, (method, route, headers, answer.status_code, answer.text[:300])
-        assert requests.get(f"{url}/is_paused", headers=keyed, timeout=30).json() == {"is_paused": False}
+        for route in ("/is_paused", "/pause", "/sleep"):  # the key opens the trainer's routes, no others
+            answer = requests.post(f"{url}{route}", headers=keyed, timeout=30)
+            assert answer.status_code == 403 and "does not serve" in answer.json()["error"], (route, answer.text)
+        written = tmp_path / "written"
+        written.mkdir()
+        for method, kwargs in (
+            ("reload_weights", {"weights_path": str(vllm_model_dir)}),
+            ("save_sharded_state", {"path": str(written)}),
+        ):
+            answer = requests.post(
+                f"{url}/collective_rpc", json={"method": method, "kwargs": kwargs}, headers=keyed, timeout=60
+            )
+            assert answer.status_code == 403 and "does not run the worker method" in answer.text, (method, answer.text)
+        assert list(written.iterdir()) == []
         outside = requests.post(  # with the key, but weights from outside --weights-root
             f"{url}/collective_rpc",
             json={"method": "maxent_reload_weights", "args": [str(vllm_model_dir)]},
@@ -156,6 +169,12 @@ def test_vllm_serve_prints_the_url_a_trainer_trains_against_and_ctrl_c_ends_it_a
             timeout=60,
         )
         assert outside.status_code != 200 and "outside the directory this server trusts" in outside.text, outside.text
+        metrics = requests.options(f"{url}/metrics", timeout=30)  # not a preflight: the key first
+        assert metrics.status_code == 401 and "vllm:" not in metrics.text
+        preflight = {"Origin": "http://example.test", "Access-Control-Request-Method": "GET"}
+        metrics = requests.options(f"{url}/metrics", headers=preflight, timeout=30)
+        assert metrics.content == b"", metrics.text[:300]  # a real preflight passes, answered without a body
+        assert "vllm:" in requests.get(f"{url}/metrics", headers=keyed, timeout=30).text
 
         trainer = server_mode_trainer(vllm_model_dir, url, tmp_path, max_steps=2, vllm_server_api_key=KEY)
         trainer.train()

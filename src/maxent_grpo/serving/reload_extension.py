@@ -17,9 +17,15 @@ base of the next version (named ``version``). A directory holding ``delta-*.safe
 copy and the engine reloaded from the result; a delta whose base is not the one held (after a restart, or a reload
 that failed) is refused with `DELTA_BASE_MISSING` in its message, and the caller sends the whole version instead.
 
-A server told which directory to trust (``maxent-grpo vllm-serve --weights-root DIR``, which sets
-``MAXENT_GRPO_WEIGHTS_ROOT``) refuses a ``weights_path`` outside it (symbolic links resolved): whoever can reach
-``/collective_rpc`` can then make the engine load only what the trainer writes there.
+Every file a reload opens is resolved (symbolic links followed) and must lie inside the directory the request names,
+itself resolved: a link inside a version's directory cannot bring in a file from elsewhere. A server told which
+directory to trust (``maxent-grpo vllm-serve --weights-root DIR``, which sets ``MAXENT_GRPO_WEIGHTS_ROOT``) also
+refuses a ``weights_path`` outside ``DIR``, so whoever can reach ``/collective_rpc`` can make the engine load only
+what the trainer writes there; without ``--weights-root`` the root is the directory each request names, and any
+directory the server's user can read may be named (on a server reachable beyond this machine, give both
+``--weights-root`` and ``--api-key``). vLLM's own worker methods (``reload_weights`` from any path,
+``save_sharded_state`` into any folder, ...) never get here: the server's guard refuses every ``/collective_rpc``
+method but this extension's (`key_guard`).
 
 Weights whose shapes do not fit the served model (a trainer pointed at a server of another model) are refused before
 the engine is touched (`check_shapes`, against the safetensors files the server was started from): vLLM's loaders
@@ -59,6 +65,18 @@ def check_trusted(weights_path: str) -> Path:
     if root and not path.is_relative_to(Path(root).resolve()):
         raise PermissionError(f"{weights_path!r} is outside the directory this server trusts for weights ({root!r})")
     return path
+
+
+def check_inside(files: list[Path], folder: Path) -> list[Path]:
+    """``files`` resolved (symbolic links followed); PermissionError naming the first that lies outside ``folder``
+    (a resolved directory: the one a reload was asked to read)."""
+    resolved = [file.resolve() for file in files]
+    for file, target in zip(files, resolved, strict=True):
+        if not target.is_relative_to(folder):
+            raise PermissionError(
+                f"{str(file)!r} leads outside the weights directory {str(folder)!r} (to {str(target)!r})"
+            )
+    return resolved
 
 
 def checkpoint_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
@@ -156,17 +174,18 @@ class DiskReloadExtension:
         loaded, the engine parameters that received no new values, or only part of them, in ``stale`` (empty:
         complete), whether the engine caches prefixes, whether a delta was applied.
         Raises FileNotFoundError when ``weights_path`` holds no safetensors file (a directory the server cannot see),
-        PermissionError when it is outside the directory the server trusts (`check_trusted`), ValueError when its
-        shapes do not fit the served model (`check_shapes`) or a delta does not fit the copy held, RuntimeError with
-        `DELTA_BASE_MISSING` for a delta whose base is not held. After any failure, or a reload that left something
-        stale, no copy is held.
+        PermissionError when it is outside the directory the server trusts (`check_trusted`) or one of its files
+        leads outside it (`check_inside`; nothing is loaded then), ValueError when its shapes do not fit the served
+        model (`check_shapes`) or a delta does not fit the copy held, RuntimeError with `DELTA_BASE_MISSING` for a
+        delta whose base is not held. After any other failure, or a reload that left something stale, no copy is
+        held.
         """
         from vllm.config import set_current_vllm_config
 
         began = time.perf_counter()
         folder = check_trusted(weights_path)
-        deltas = sorted(folder.glob("delta-*.safetensors"))
-        files = deltas or sorted(folder.glob("*.safetensors"))
+        deltas = check_inside(sorted(folder.glob("delta-*.safetensors")), folder)
+        files = deltas or check_inside(sorted(folder.glob("*.safetensors")), folder)
         if not files:
             raise FileNotFoundError(f"no *.safetensors file in {weights_path!r} as the vLLM server sees it")
         held, self._maxent_held = self._maxent_held, None

@@ -12,11 +12,15 @@ give its command line and environment for a weight transfer (``vllm_weight_trans
 
 Arguments after the model are passed on to vLLM unchanged (``--dtype``, ``--max-model-len``, ...).
 
-Only the trainer may push: with ``--api-key`` (or ``VLLM_API_KEY`` in the environment) every route of the server, the
-development endpoints and ``/health`` included, refuses a request without the key (`key_guard`, added with
-``--middleware``: vLLM's own key covers only its ``/v1`` routes); the trainer sends it from ``vllm_server_api_key``.
-With ``--weights-root DIR`` the reload extension loads weights only from under ``DIR``. A server listening beyond
-127.0.0.1 without a key is started with one warning line.
+The server runs only what the trainer sends (`serving.key_guard`, added with ``--middleware``, before vLLM sees a
+request): the routes the trainer uses with either transport and vLLM's inference API answer; every other development
+route (``/pause``, ``/sleep``, ``/wake_up``, ...) answers 403 unless ``--allow-route`` opens it by name, and
+``/collective_rpc`` runs the reload extension's method only, never vLLM's own worker methods. This holds with and
+without a key. With ``--api-key`` (or ``VLLM_API_KEY`` in the environment) every route, ``/health`` and ``/metrics``
+included, also refuses a request without the key (vLLM's own key covers only its ``/v1`` routes); the trainer sends it
+from ``vllm_server_api_key``. Every file a reload opens must resolve inside the directory the trainer names, and with
+``--weights-root DIR`` that directory must be under ``DIR``. A server listening beyond 127.0.0.1 without a key is
+started with one warning line.
 
 The server never outlives the command: Ctrl-C, SIGTERM (a job scheduler, ``kill``) and SIGHUP (the terminal or ssh
 session closed; unless the command was started under ``nohup``) end the command and its server's whole process
@@ -45,6 +49,7 @@ import requests
 
 from maxent_grpo.cli.command_errors import TrainingFailed
 from maxent_grpo.cli.usage_error import PROG, UsageErrorParser
+from maxent_grpo.serving import routes
 from maxent_grpo.serving.key_guard import (
     KEY_VARIABLE,
     MIDDLEWARE_QUALNAME,
@@ -84,14 +89,18 @@ def serve_environment(
     *,
     api_key: str | None = None,
     weights_root: str | Path | None = None,
+    allowed_routes: Sequence[str] = (),
 ) -> dict[str, str]:
     """``base`` plus what the server needs for ``weight_transfer`` (its development endpoints), its key (``api_key``,
-    as ``VLLM_API_KEY``; None keeps ``base``'s) and the one directory it loads weights from (``weights_root``)."""
+    as ``VLLM_API_KEY``; None keeps ``base``'s), the one directory it loads weights from (``weights_root``) and the
+    development routes its guard opens all the same (``allowed_routes``, `serving.routes.REFUSED_ROUTES`)."""
     environment = {**base, "VLLM_SERVER_DEV_MODE": "1"} if weight_transfer is not None else dict(base)
     if api_key:
         environment[KEY_VARIABLE] = api_key
     if weights_root is not None:
         environment[WEIGHTS_ROOT_VARIABLE] = str(Path(weights_root).resolve())
+    if allowed_routes:
+        environment[routes.ALLOWED_ROUTES_VARIABLE] = ",".join(allowed_routes)
     return environment
 
 
@@ -142,6 +151,16 @@ def parser(prog: str, parser_class: type[argparse.ArgumentParser]) -> argparse.A
         default=None,
         help="the only directory (with what is under it) the server loads weights from: the trainer's "
         "vllm_weights_dir must be inside it (default: any path the server can read)",
+    )
+    result.add_argument(
+        "--allow-route",
+        action="append",
+        default=[],
+        metavar="ROUTE",
+        choices=sorted(routes.REFUSED_ROUTES),
+        help="also answer this development route, which the trainer never sends and the server refuses by default "
+        "(repeatable; one of: %(choices)s). Whoever can reach the server (with --api-key: whoever holds the key) can "
+        "then call it: /pause or /sleep stop generation for every trainer, /abort_requests drops running requests",
     )
     result.add_argument(
         "--ready-timeout", type=float, default=600.0, help="seconds to wait for the server (default: %(default)s)"
@@ -249,7 +268,13 @@ def serve(options: argparse.Namespace, vllm_args: Sequence[str]) -> tuple[int, s
     }
     process = subprocess.Popen(
         command,
-        env=serve_environment(os.environ, options.weight_transfer, api_key=api_key, weights_root=options.weights_root),
+        env=serve_environment(
+            os.environ,
+            options.weight_transfer,
+            api_key=api_key,
+            weights_root=options.weights_root,
+            allowed_routes=options.allow_route,
+        ),
         start_new_session=True,  # a process group of its own, ended as a whole by `_stop`
     )
     watchdog = [sys.executable, "-I", str(_WATCHDOG), str(os.getpid()), str(process.pid)]
