@@ -8,16 +8,27 @@ generation backend as well. The objective stays TRL's (``--objective grpo``) unl
     python examples/trl_pr_benchmark.py            # the real run: needs a GPU, vLLM and the Hugging Face Hub
     python examples/trl_pr_benchmark.py --tiny     # offline on CPU in seconds: the tiny model, bundled prompts,
                                                    # transformers generation, a few steps
+
+The pull request's reviewer asked whether the difference between the curves is within the variance of a repeated
+run. ``--ab N`` answers it: stock ``GRPOTrainer`` ("before") against this trainer ("after", or "listwise" with
+``--objective listwise``) on the same recipe (``tldr``, or ``tiny`` with ``--tiny``) for seeds 1..N, paired by seed,
+with a verdict per metric (identical on every seed / equivalent within the margin / differs / inconclusive). It is
+``maxent-grpo bench`` (see docs/benchmarks/ab.md), which takes the options this script does not know
+(``--margin reward=0.01``, ``--set FIELD=VALUE``, ...):
+
+    python examples/trl_pr_benchmark.py --ab 3 --tiny --margin "step time (s)=2%"
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from datasets import Dataset, load_dataset
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
+from maxent_grpo.cli import main as maxent_grpo_command
 from maxent_grpo.rewards import unique_chars_reward
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 
@@ -86,13 +97,37 @@ def tiny_run(output_dir: str, objective: str, max_steps: int) -> MaxEntGRPOTrain
     )
 
 
-def main() -> None:
+def ab_comparison(options: argparse.Namespace, bench_options: list[str]) -> int:
+    """``maxent-grpo bench``: "before" against this trainer over ``options.ab`` seeds; prints the verdicts."""
+    argv = [
+        "bench",
+        f"--arms=before,{'after' if options.objective == 'grpo' else 'listwise'}",
+        f"--recipe={'tiny' if options.tiny else 'tldr'}",
+        f"--seeds={options.ab}",
+        f"--output-dir={Path(options.output_dir) / 'ab'}",
+    ]
+    if options.max_steps is not None:
+        argv.append(f"--max-steps={options.max_steps}")
+    return maxent_grpo_command([*argv, *bench_options])
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="offline on CPU: tiny model, bundled prompts, no vLLM")
     parser.add_argument("--objective", choices=["grpo", "listwise"], default="grpo")
     parser.add_argument("--max-steps", type=int, help="stop after this many steps (default: one epoch; --tiny: 4)")
     parser.add_argument("--output-dir", default="tmp")
-    options = parser.parse_args()
+    parser.add_argument(
+        "--ab",
+        type=int,
+        metavar="SEEDS",
+        help="compare stock GRPOTrainer with this trainer over SEEDS seeds (maxent-grpo bench), print the verdicts",
+    )
+    options, bench_options = parser.parse_known_args()
+    if options.ab is not None:
+        return ab_comparison(options, bench_options)
+    if bench_options:
+        parser.error(f"unrecognized arguments: {' '.join(bench_options)} (only --ab passes options on)")
 
     if options.tiny:
         trainer = tiny_run(options.output_dir, options.objective, options.max_steps or 4)
@@ -106,7 +141,8 @@ def main() -> None:
         f"{trainer.state.global_step} steps in {seconds:.1f} s ({seconds / max(trainer.state.global_step, 1):.2f} s "
         f"per step); mean reward first step {rewards[0]:.2f}, last step {rewards[-1]:.2f}"
     )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -468,6 +468,11 @@ CASES: list[tuple[str, Argv, str]] = [
         lambda t: [*TRAIN, "--resume_from_checkpoint", str(Path(_partial_checkpoint(t)) / "checkpoint-2")],
         "is not a checkpoint (no trainer_state.json)",
     ),
+    # The benchmark's equivalence margins
+    ("bench-margin-without-value", lambda t: ["bench", "--margin", "reward"], "--margin 'reward': expected METRIC="),
+    ("bench-margin-unknown-metric", lambda t: ["bench", "--margin", "speed=1"], "METRIC one of 'reward', 'step time"),
+    ("bench-margin-not-a-number", lambda t: ["bench", "--margin", "step time (s)=fast"], "'fast' is not a margin"),
+    ("bench-margin-negative", lambda t: ["bench", "--margin", "reward=-1%"], "'-1%' is not a margin"),
 ]
 if importlib.util.find_spec("wandb") is None:
     CASES.append(
@@ -573,7 +578,9 @@ def test_bad_input_exits_2_with_one_line(argv, expected, tmp_path, run_main):
     assert code == 2, err[-3000:]
     lines = err.strip().splitlines()
     assert len(lines) == 1, err[-3000:]
-    prog = f"maxent-grpo {args[0]}" if args and args[0] in ("train", "demo") else "maxent-grpo"  # the command's
+    prog = (
+        f"maxent-grpo {args[0]}" if args and args[0] in ("train", "demo", "bench") else "maxent-grpo"
+    )  # the command's
     assert lines[0].startswith(f"{prog}: error: ") and expected in lines[0], lines[0]
     assert "Traceback" not in err
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import types
 
+import pytest
+
 from maxent_grpo.cli import main
 
 
@@ -22,3 +24,12 @@ def test_bench_without_the_harness_is_bad_input(monkeypatch, capsys):
     assert main(["bench"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "maxent_grpo.bench" in err
+
+
+@pytest.mark.parametrize("library", ["scipy", "matplotlib"])
+def test_bench_without_its_extra_says_which_library_and_how_to_install_it(library, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, library, None)  # as if it were not installed
+    assert main(["bench", "--seeds", "2"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    hint = "pip install 'maxent-grpo[bench]'"
+    assert line == f"maxent-grpo bench: error: the benchmark needs {library}, not installed here: {hint}."

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from maxent_grpo.bench import main
-from maxent_grpo.bench.stats import DIFFERS, WITHIN
+from maxent_grpo.bench.stats import DIFFERS, EQUIVALENT, IDENTICAL, INCONCLUSIVE, PAIRED
 
 pytestmark = pytest.mark.slow
 
@@ -30,6 +30,7 @@ def test_ab_smoke_writes_reports_and_named_trackio_runs(tmp_path, capsys, monkey
         *TINY_EVERYTHING,
         f"--trackio-dir={trackio_dir}",
         "--project=ab-smoke",
+        "--margin=reward=0.5",
     ]
     assert main(argv) == 0
     progress = capsys.readouterr().out
@@ -51,12 +52,20 @@ def test_ab_smoke_writes_reports_and_named_trackio_runs(tmp_path, capsys, monkey
     for name in ("reward", "step_time", "tokens_per_second", "completion_length", "loss"):
         metric = summary["metrics"][name]
         assert set(metric["arms"]) == set(ARMS)
-        assert metric["differences"]["after"]["verdict"] in (WITHIN, DIFFERS)
+        after = metric["differences"]["after"]
+        assert after["method"] == PAIRED  # both arms ran seeds 1 and 2
+        assert after["verdict"] in (IDENTICAL, EQUIVALENT, DIFFERS, INCONCLUSIVE)
+        assert after["margin"] >= 0 and after["margin_given"] == summary["margins"][name]
+    # The built-in backend generates what TRL generates: the same completions, hence the same reward, seed by seed.
+    assert summary["metrics"]["reward"]["differences"]["after"]["verdict"] == IDENTICAL
+    assert summary["margins"]["reward"] == "0.5"
     assert summary["metrics"]["tokens_per_second"]["arms"]["before"]["mean"] > 0
 
     table = (output_dir / "summary.md").read_text()
     assert "| reward | before |" in table and "| reward | after |" in table
-    assert "- reward: after - before = " in table
+    assert "\n- reward: after - before: identical on every seed (2 paired seeds)\n" in table
+    assert "\nreward: after - before: identical on every seed (2 paired seeds)\n" in progress
+    assert "| method | margin | verdict |" in table and "| paired t | ±0.5 | identical on every seed |" in table
 
     assert (output_dir / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -1,9 +1,14 @@
 """``maxent-grpo bench``: an A/B benchmark of trainers on one recipe over several seeds, with a verdict per metric.
 
-Runs every arm with the same recipe for N seeds, interleaved (A B A B ...) so machine drift hits every arm alike,
+Runs every arm with the same recipe for seeds 1..N, interleaved (A B A B ...) so machine drift hits every arm alike,
 each run logged to a local trackio project under a name that says which arm, seed and recipe it is. Then reports, per
-metric, each arm's mean with its 95% interval over seeds and each arm's difference from the first arm with Welch's
-95% interval: "within run-to-run variance" when that interval contains 0, else "differs".
+metric, each arm's mean with its 95% interval over seeds and each arm's difference from the first arm, paired by seed,
+with a verdict against the metric's equivalence margin (--margin): "identical on every seed", "equivalent within ±m"
+(the 90% interval inside the margin), "differs" (the 95% interval excludes 0) or "inconclusive" (with the seeds that
+would likely decide it).
+
+The statistics (SciPy) and the plot (matplotlib) come with the ``bench`` extra; the report modules that import them
+are imported once `maxent_grpo.bench.extra` has found them, so that a missing one is a one-line error.
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ from trackio.utils import TRACKIO_DIR
 from trl import GRPOConfig
 
 from maxent_grpo.bench.arms import ARMS
+from maxent_grpo.bench.extra import INSTALL_HINT, missing_modules
+from maxent_grpo.bench.margins import Margin, margins
+from maxent_grpo.bench.metrics import METRICS
 from maxent_grpo.bench.output import add_output_arguments
-from maxent_grpo.bench.plot import matplotlib_missing, plot_metrics
 from maxent_grpo.bench.provenance import git_commit, git_dirty, package_version, run_name, session_stamp
 from maxent_grpo.bench.recipes import RECIPES, Recipe
-from maxent_grpo.bench.report import build_summary, markdown, verdict_lines
 from maxent_grpo.bench.runner import interleave, run_all, worker_environment
 from maxent_grpo.bench.spec import RunSpec
+from maxent_grpo.cli.usage_error import UsageErrorParser
 
 #: The committed results of the default run, relative to a source checkout's root (`--update-results`).
 COMMITTED_OUTPUT_DIR = Path("benchmarks/results/ab")
@@ -41,7 +48,8 @@ def _say(line: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    """The command's arguments; a bad one raises `UsageError` (``maxent-grpo bench`` prints it on one line)."""
+    parser = UsageErrorParser(
         prog="maxent-grpo bench",
         description=__doc__.split("\n\n")[1],
     )
@@ -71,6 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FIELD=VALUE",
         help="override a GRPOConfig field of the recipe for every arm (VALUE parsed as JSON, else a string); "
         "repeatable",
+    )
+    parser.add_argument(
+        "--margin",
+        dest="margins",
+        action="append",
+        default=[],
+        metavar="METRIC=VALUE",
+        help="equivalence margin of a metric (its name or label): a number in its unit, or a percentage of the "
+        "baseline arm's mean, e.g. --margin reward=0.01 --margin 'step time (s)=2%%'; repeatable; defaults: "
+        + ", ".join(f"{metric.label}={metric.default_margin.replace('%', '%%')}" for metric in METRICS),
     )
     parser.add_argument(
         "--warmup-steps",
@@ -125,19 +143,36 @@ def _arms(parser: argparse.ArgumentParser, text: str) -> list[str]:
     return arms
 
 
+def _margins(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, Margin]:
+    try:
+        return margins(items)
+    except ValueError as error:
+        parser.error(str(error))
+
+
 def main(argv: list[str]) -> int:
-    """Run the benchmark described by ``argv`` and write summary.json, summary.md and metrics.png."""
+    """Run the benchmark described by ``argv`` and write summary.json, summary.md and metrics.png.
+
+    Raises:
+        UsageError: a bad argument, or a library of the ``bench`` extra missing (`maxent_grpo.cli.main` prints it
+            on one line and exits 2).
+    """
     parser = build_parser()
     options = parser.parse_args(argv)
     arms = _arms(parser, options.arms)
+    chosen_margins = _margins(parser, options.margins)
     if options.seeds < 2:
         parser.error("--seeds must be at least 2: run-to-run variance needs repeated runs.")
     if options.warmup_steps < 0:
         parser.error("--warmup-steps must be >= 0.")
     if options.output_dir == COMMITTED_OUTPUT_DIR and not COMMITTED_OUTPUT_DIR.parent.is_dir():
         parser.error(f"--update-results writes {COMMITTED_OUTPUT_DIR} of a source checkout: run from its root.")
-    if matplotlib_missing():
-        parser.error("the benchmark's plot needs matplotlib: pip install 'maxent-grpo[dev]'.")
+    missing = missing_modules()
+    if missing:
+        parser.error(f"the benchmark needs {' and '.join(missing)}, not installed here: {INSTALL_HINT}.")
+    from maxent_grpo.bench.plot import plot_metrics
+    from maxent_grpo.bench.report import build_summary, markdown, verdict_lines
+
     recipe = _recipe(parser, options)
     seeds = list(range(1, options.seeds + 1))
     trackio_dir = options.trackio_dir or TRACKIO_DIR
@@ -178,7 +213,7 @@ def main(argv: list[str]) -> int:
     results = run_all(specs, worker_environment(options.trackio_dir), report=_say)
     header["wall_seconds"] = time.perf_counter() - start
 
-    summary = build_summary(results, arms, options.warmup_steps, header)
+    summary = build_summary(results, arms, options.warmup_steps, chosen_margins, header)
     options.output_dir.mkdir(parents=True, exist_ok=True)
     (options.output_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=1) + "\n")
     (options.output_dir / SUMMARY_MARKDOWN).write_text(markdown(summary))

@@ -16,29 +16,37 @@ class Metric:
     label: str  # in tables and plots
     log_key: str | None  # the trainer's log key; None for a derived metric
     description: str
+    #: The equivalence margin unless ``--margin`` sets one: a number in the metric's unit, or a percentage of the
+    #: baseline arm's mean (`maxent_grpo.bench.margins`).
+    default_margin: str
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("reward", "reward", "reward", "TRL's `reward`: mean summed reward of the step's completions"),
+    Metric("reward", "reward", "reward", "TRL's `reward`: mean summed reward of the step's completions", "1%"),
     Metric(
         "step_time",
         "step time (s)",
         "step_time",
         "TRL's `step_time`: seconds in the optimizer step's training steps, generation included",
+        "5%",
     ),
     Metric(
         TOKENS_PER_SECOND,
         "tokens/s",
         None,
         "increase of TRL's `num_tokens` (prompt + completion tokens) over the step, divided by its `step_time`",
+        "5%",
     ),
     Metric(
         "completion_length",
         "completion length (tokens)",
         "completions/mean_length",
         "TRL's `completions/mean_length`",
+        "1%",
     ),
-    Metric("loss", "loss", "loss", "the Trainer's `loss`"),
+    # GRPO's loss sits near 0 (advantages are centred), where a percentage of the mean means little: an absolute
+    # margin, about the spread of a run's mean over seeds on the tiny recipe.
+    Metric("loss", "loss", "loss", "the Trainer's `loss`", "0.01"),
 )
 
 

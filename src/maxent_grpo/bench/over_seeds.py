@@ -6,7 +6,9 @@ pass@k mapping (k as a string -> value) or a single number. From one seed to the
 much as most differences between methods, so each mean comes with its 95% t interval over seeds (not clipped to
 [0, 1]) and a comparison of two methods is taken seed by seed: the runs of a seed share its base model and data order,
 so pairing cancels the seed's luck. A comparison reads "ahead" when the paired interval lies above 0, "behind" when it
-lies below, "level" when it contains 0 (or there is one seed, hence no interval).
+lies below, "level" when it contains 0 (or there is one seed, hence no interval). The intervals are those of
+`maxent_grpo.bench.stats` (SciPy's t distribution; the paired one is `scipy.stats.ttest_rel`'s), as in
+``maxent-grpo bench``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from maxent_grpo.bench.stats import paired_difference as paired_t
 from maxent_grpo.bench.stats import summarize
 
 __all__ = [
@@ -74,8 +77,17 @@ def summarize_runs(runs: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> di
 
 
 def paired_difference(differences: Sequence[float]) -> dict[str, Any]:
-    """``{"mean": ..., "ci95": [low, high] or None}`` of per-seed differences."""
+    """``{"mean": ..., "ci95": [low, high] or None}`` of per-seed differences (their mean's t interval, which is the
+    paired t interval of the two sides)."""
     return {"mean": statistics.fmean(differences), "ci95": interval(differences)}
+
+
+def _paired(mine: Sequence[float], theirs: Sequence[float]) -> dict[str, Any]:
+    """`paired_difference` of ``mine - theirs`` seed by seed, from `maxent_grpo.bench.stats.paired_difference`."""
+    if len(mine) < 2:
+        return paired_difference([a - b for a, b in zip(mine, theirs, strict=True)])
+    difference = paired_t(theirs, mine)
+    return {"mean": difference.estimate, "ci95": [difference.ci_low, difference.ci_high]}
 
 
 def paired_differences(runs: Sequence[Mapping[str, Any]], method: str, key: str) -> dict[str, Any]:
@@ -102,10 +114,11 @@ def paired_differences(runs: Sequence[Mapping[str, Any]], method: str, key: str)
         mine = by_seed[(method, seeds[0])]
         if isinstance(mine, Mapping):
             result[other] = {
-                k: paired_difference([by_seed[(method, s)][k] - by_seed[(other, s)][k] for s in seeds]) for k in mine
+                k: _paired([by_seed[(method, s)][k] for s in seeds], [by_seed[(other, s)][k] for s in seeds])
+                for k in mine
             }
         else:
-            result[other] = paired_difference([by_seed[(method, s)] - by_seed[(other, s)] for s in seeds])
+            result[other] = _paired([by_seed[(method, s)] for s in seeds], [by_seed[(other, s)] for s in seeds])
     return result
 
 

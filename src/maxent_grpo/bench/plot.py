@@ -1,8 +1,10 @@
-"""A PNG of each benchmark metric over optimizer steps: per arm, the mean across seeds with a ± std band."""
+"""A PNG of each benchmark metric over optimizer steps: per arm, the mean across seeds with a ± std band.
+
+matplotlib comes with the ``bench`` extra (`maxent_grpo.bench.extra`) and is imported when the plot is drawn.
+"""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import statistics
 from collections.abc import Mapping
@@ -11,11 +13,6 @@ from typing import Any
 
 COLUMNS = 3
 LINE_STYLES = ("-", "--", ":")  # arms whose curves coincide stay visible
-
-
-def matplotlib_missing() -> bool:
-    """matplotlib is a development extra (``pip install 'maxent-grpo[dev]'``), not a dependency of the package."""
-    return importlib.util.find_spec("matplotlib") is None
 
 
 def _band(runs: list[Mapping[str, Any]], metric: str) -> tuple[list[int], list[float], list[float]]:

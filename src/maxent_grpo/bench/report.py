@@ -6,9 +6,23 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from maxent_grpo.bench.margins import Margin
 from maxent_grpo.bench.metrics import METRICS, mean_after_warmup, step_series
 from maxent_grpo.bench.runner import RunResult
-from maxent_grpo.bench.stats import METHOD, summarize, welch_difference
+from maxent_grpo.bench.stats import (
+    EQUIVALENT,
+    IDENTICAL,
+    INCONCLUSIVE,
+    MAX_SEEDS,
+    METHOD,
+    PAIRED,
+    WELCH,
+    Comparison,
+    compare,
+    summarize,
+)
+
+METHOD_NAMES = {PAIRED: "paired t", WELCH: "Welch t"}
 
 
 def _run_record(result: RunResult, warmup_steps: int) -> dict[str, Any]:
@@ -31,23 +45,47 @@ def _run_record(result: RunResult, warmup_steps: int) -> dict[str, Any]:
     }
 
 
+def _difference_record(baseline: str, comparison: Comparison, margin: Margin) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "baseline": baseline,
+        "method": comparison.method,
+        "margin": comparison.margin,
+        "margin_given": str(margin),
+        "verdict": comparison.verdict,
+        "seeds_needed": comparison.seeds_needed,
+    }
+    if comparison.difference is None:  # identical on every seed: no interval
+        return record | {"estimate": 0.0, "ci_low": None, "ci_high": None, "tost_low": None, "tost_high": None}
+    return record | dataclasses.asdict(comparison.difference)
+
+
 def build_summary(
-    results: Sequence[RunResult], arms: Sequence[str], warmup_steps: int, header: Mapping[str, Any]
+    results: Sequence[RunResult],
+    arms: Sequence[str],
+    warmup_steps: int,
+    margins: Mapping[str, Margin],
+    header: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """The JSON-ready summary; the first of ``arms`` is the baseline every other arm is compared with."""
+    """The JSON-ready summary; the first of ``arms`` is the baseline every other arm is compared with, each metric
+    with its margin from ``margins`` (metric name -> `Margin`)."""
     runs = [_run_record(result, warmup_steps) for result in results]
     baseline = arms[0]
     metrics: dict[str, Any] = {}
     for metric in METRICS:
-        per_arm = {arm: [run["run_means"][metric.name] for run in runs if run["arm"] == arm] for arm in arms}
-        differences = {}
-        for arm in arms[1:]:
-            difference = welch_difference(per_arm[baseline], per_arm[arm])
-            differences[arm] = {"baseline": baseline, **dataclasses.asdict(difference), "verdict": difference.verdict}
+        per_arm = {
+            arm: {run["seed"]: run["run_means"][metric.name] for run in runs if run["arm"] == arm} for arm in arms
+        }
+        summaries = {arm: summarize(list(values.values())) for arm, values in per_arm.items()}
+        margin = margins[metric.name]
+        absolute_margin = margin.resolve(summaries[baseline].mean)
+        differences = {
+            arm: _difference_record(baseline, compare(per_arm[baseline], per_arm[arm], absolute_margin), margin)
+            for arm in arms[1:]
+        }
         metrics[metric.name] = {
             "label": metric.label,
             "description": metric.description,
-            "arms": {arm: dataclasses.asdict(summarize(values)) for arm, values in per_arm.items()},
+            "arms": {arm: dataclasses.asdict(summary) for arm, summary in summaries.items()},
             "differences": differences,
         }
     return {
@@ -55,6 +93,7 @@ def build_summary(
         "arms": list(arms),
         "baseline": baseline,
         "warmup_steps": warmup_steps,
+        "margins": {name: str(margin) for name, margin in margins.items()},
         "method": METHOD,
         "metrics": metrics,
         "runs": runs,
@@ -70,14 +109,45 @@ def _interval(low: float, high: float) -> str:
     return f"[{_number(low)}, {_number(high)}]"
 
 
+def _margin(difference: Mapping[str, Any]) -> str:
+    given = difference["margin_given"]
+    absolute = _number(difference["margin"])
+    if given.endswith("%"):
+        return f"±{absolute} ({given} of {difference['baseline']})"
+    return f"±{absolute}"
+
+
+def verdict(difference: Mapping[str, Any]) -> str:
+    """A difference's verdict in words: ``identical on every seed``, ``equivalent within ±0.25`` (noting when the 95%
+    interval excludes 0 as well), ``differs`` or ``inconclusive: about 12 seeds per arm would likely decide it``."""
+    if difference["verdict"] == EQUIVALENT:
+        text = f"equivalent within ±{_number(difference['margin'])}"
+        if not difference["ci_low"] <= 0.0 <= difference["ci_high"]:
+            text += " (a real difference, smaller than the margin)"
+        return text
+    if difference["verdict"] == INCONCLUSIVE:
+        needed = difference["seeds_needed"]
+        if needed is None:
+            return f"inconclusive: no number of seeds up to {MAX_SEEDS} would likely decide it"
+        return f"inconclusive: about {needed} seeds per arm would likely decide it"
+    return difference["verdict"]
+
+
 def verdict_lines(summary: Mapping[str, Any]) -> list[str]:
-    """One line per metric and compared arm, e.g. ``reward: after - before = +0.1 (95% CI [-0.5, 0.7]): ...``."""
+    """One line per metric and compared arm, e.g. ``reward: after - before = +0.1 (paired t over 3 seeds, 95% CI
+    [-0.5, 0.7], 90% CI [-0.3, 0.5], margin ±0.25 (1% of before)): inconclusive: ...``."""
     lines = []
     for metric in summary["metrics"].values():
         for arm, difference in metric["differences"].items():
+            head = f"{metric['label']}: {arm} - {difference['baseline']}"
+            if difference["verdict"] == IDENTICAL:
+                lines.append(f"{head}: {IDENTICAL} ({len(summary['seeds'])} paired seeds)")
+                continue
             lines.append(
-                f"{metric['label']}: {arm} - {difference['baseline']} = {_number(difference['estimate'], signed=True)}"
-                f" (95% CI {_interval(difference['ci_low'], difference['ci_high'])}): {difference['verdict']}"
+                f"{head} = {_number(difference['estimate'], signed=True)} ({METHOD_NAMES[difference['method']]} over "
+                f"{difference['n']} seeds, 95% CI {_interval(difference['ci_low'], difference['ci_high'])}, 90% CI "
+                f"{_interval(difference['tost_low'], difference['tost_high'])}, margin {_margin(difference)}): "
+                f"{verdict(difference)}"
             )
     return lines
 
@@ -97,8 +167,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
         f"(tracked files modified since: {dirty}); trackio project `{summary['project']}`, "
         f"session `{summary['session']}`; wall time {summary['wall_seconds']:.0f} s.",
         "",
-        f"| metric | arm | runs | mean ± std | 95% CI | Δ vs {baseline} | 95% CI of Δ | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| metric | arm | runs | mean ± std | 95% CI | Δ vs {baseline} | 95% CI of Δ | method | margin | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for metric in summary["metrics"].values():
         for arm, stats in metric["arms"].items():
@@ -111,12 +181,16 @@ def markdown(summary: Mapping[str, Any]) -> str:
             ]
             difference = metric["differences"].get(arm)
             if difference is None:
-                cells += ["(baseline)", "", ""]
+                cells += ["(baseline)", "", "", "", ""]
+            elif difference["verdict"] == IDENTICAL:
+                cells += ["0", "", METHOD_NAMES[difference["method"]], _margin(difference), IDENTICAL]
             else:
                 cells += [
                     _number(difference["estimate"], signed=True),
                     _interval(difference["ci_low"], difference["ci_high"]),
-                    difference["verdict"],
+                    METHOD_NAMES[difference["method"]],
+                    _margin(difference),
+                    verdict(difference),
                 ]
             lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Verdicts", "", *(f"- {line}" for line in verdict_lines(summary))]
@@ -127,5 +201,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
             f"{run['train_seconds']:.1f} |"
         )
     lines += ["", "## Method", "", summary["method"], ""]
-    lines += [f"- {metric['label']}: {metric['description']}" for metric in summary["metrics"].values()]
+    lines += [
+        f"- {metric['label']} (margin {summary['margins'][name]}): {metric['description']}"
+        for name, metric in summary["metrics"].items()
+    ]
     return "\n".join(lines) + "\n"

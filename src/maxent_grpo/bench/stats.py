@@ -1,107 +1,72 @@
-"""Statistics of an A/B benchmark: a 95% interval per arm over seeds and Welch's interval for a difference of arms.
+"""Statistics of the benchmarks over seeds, from SciPy: intervals, paired and Welch differences, equivalence verdicts.
 
-Standard library only. Student's t quantile is found by bisection on the t CDF, written through the regularized
-incomplete beta function, ``P(T <= t) = 1 - I_x(dof/2, 1/2) / 2`` with ``x = dof / (dof + t^2)`` for ``t >= 0``;
-``I_x(a, b)`` is evaluated by its continued fraction (modified Lentz method, Numerical Recipes, 3rd ed., section 6.4)
-with ``math.lgamma`` for the prefactor. Accuracy is about 1e-10, far below what a benchmark's intervals need.
+Every figure of a benchmark run is one number per seed (a run's mean over its steps, a pass@k). An arm is summarized by
+its mean and 95% t interval over seeds (`summarize`). Two arms are compared by ``other - baseline``:
+
+* **paired** (`paired_difference`) when both ran the same seeds: the runs of a seed share its initialisation and data
+  order, so the per-seed differences cancel the seed's luck; the interval is the paired t interval
+  (`scipy.stats.ttest_rel`);
+* **Welch** (`welch_difference`) when the seeds differ between arms: Welch's unequal-variance t interval
+  (`scipy.stats.ttest_ind` with ``equal_var=False``).
+
+`compare` adds an equivalence margin ``m`` (the largest difference that does not matter) and a verdict:
+
+* ``identical on every seed``: paired runs whose figures are equal seed by seed (no interval to give);
+* ``equivalent``: the 90% interval (``1 - 2α`` with α = 0.05) lies inside ``(-m, m)``: both one-sided tests of the
+  two one-sided tests procedure (TOST) reject a difference of ``m`` or more, at level α each;
+* ``differs``: the 95% interval excludes 0 (and the difference is not inside the margin);
+* ``inconclusive``: neither. `seeds_to_decide` then gives the number of seeds per arm at which the test would, with
+  80% probability, reach one of the two, if the mean difference and the spread stayed as observed.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+from scipy import stats as scipy_stats
+
 CONFIDENCE = 0.95
-WITHIN = "within run-to-run variance"
+#: The level of each one-sided test of the equivalence verdict; its interval is the (1 - 2α) one.
+ALPHA = 1.0 - CONFIDENCE
+#: The probability with which `seeds_to_decide`'s number of seeds reaches a verdict.
+POWER = 0.8
+#: `seeds_to_decide` looks no further than this many seeds per arm.
+MAX_SEEDS = 10_000
+
+PAIRED = "paired"
+WELCH = "welch"
+
+IDENTICAL = "identical on every seed"
+EQUIVALENT = "equivalent"
 DIFFERS = "differs"
+INCONCLUSIVE = "inconclusive"
+#: `Difference.verdict` when the 95% interval contains 0: no difference was detected (which is no equivalence).
+WITHIN = "within run-to-run variance"
+
 METHOD = (
     "Per arm: mean ± t(0.975, n-1)·s/√n over the seeds' run means (each run's mean over the steps after warm-up). "
-    "Difference of an arm and the baseline arm: Welch's t interval with Welch–Satterthwaite degrees of freedom. "
-    "t quantiles: bisection on the Student t CDF, computed as the regularized incomplete beta function by its "
-    "continued fraction (modified Lentz). Verdict: 'within run-to-run variance' when the 95% interval of the "
-    "difference contains 0, else 'differs'."
+    "Difference of an arm and the baseline arm: paired by seed when both arms ran the same seeds (the paired t "
+    "interval of the per-seed differences, scipy.stats.ttest_rel), else Welch's unequal-variance t interval "
+    "(scipy.stats.ttest_ind, equal_var=False); the table's method column says which. Verdict, with a margin m per "
+    "metric: 'identical on every seed' when the paired runs are equal seed by seed; 'equivalent within ±m' when the "
+    "90% interval lies inside (-m, m) (two one-sided tests at α = 0.05); 'differs' when the 95% interval excludes "
+    "0; else 'inconclusive', with the number of seeds per arm that would reach a verdict with 80% probability if the "
+    "mean difference and its spread stayed as observed."
 )
-
-_CONTINUED_FRACTION_EPS = 1e-15
-_CONTINUED_FRACTION_MAX_TERMS = 10_000
-_FLOOR = 1e-300  # keeps Lentz's denominators away from zero
-_BISECTION_STEPS = 200
-
-
-def _nonzero(value: float) -> float:
-    return value if abs(value) >= _FLOOR else _FLOOR
-
-
-def _beta_continued_fraction(x: float, a: float, b: float) -> float:
-    """The continued fraction of I_x(a, b), converging fast for x < (a + 1) / (a + b + 2)."""
-    c = 1.0
-    d = 1.0 / _nonzero(1.0 - (a + b) * x / (a + 1.0))
-    fraction = d
-    for m in range(1, _CONTINUED_FRACTION_MAX_TERMS + 1):
-        even = m * (b - m) * x / ((a - 1.0 + 2 * m) * (a + 2 * m))
-        d = 1.0 / _nonzero(1.0 + even * d)
-        c = _nonzero(1.0 + even / c)
-        fraction *= d * c
-        odd = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 1.0 + 2 * m))
-        d = 1.0 / _nonzero(1.0 + odd * d)
-        c = _nonzero(1.0 + odd / c)
-        fraction *= d * c
-        if abs(d * c - 1.0) < _CONTINUED_FRACTION_EPS:
-            return fraction
-    raise ArithmeticError(f"the incomplete beta continued fraction did not converge for x={x}, a={a}, b={b}.")
-
-
-def regularized_incomplete_beta(x: float, a: float, b: float) -> float:
-    """I_x(a, b) for 0 <= x <= 1 and a, b > 0."""
-    if not 0.0 <= x <= 1.0:
-        raise ValueError(f"x={x} is outside [0, 1].")
-    if not (a > 0 and b > 0):
-        raise ValueError(f"a={a} and b={b} must both be > 0.")
-    if x in (0.0, 1.0):
-        return x
-    prefactor = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return prefactor * _beta_continued_fraction(x, a, b) / a
-    return 1.0 - prefactor * _beta_continued_fraction(1.0 - x, b, a) / b
-
-
-def student_t_cdf(t: float, dof: float) -> float:
-    """P(T <= t) for Student's t with ``dof`` > 0 degrees of freedom (not necessarily an integer)."""
-    if not dof > 0:
-        raise ValueError(f"dof={dof} must be > 0.")
-    tail = 0.5 * regularized_incomplete_beta(dof / (dof + t * t), dof / 2.0, 0.5)
-    return 1.0 - tail if t >= 0 else tail
-
-
-def t_quantile(p: float, dof: float) -> float:
-    """The t with P(T <= t) = p, by bisection on `student_t_cdf` (e.g. t_quantile(0.975, 4) = 2.7764451...)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p={p} must be in (0, 1).")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, dof)
-    low, high = 0.0, 1.0
-    while student_t_cdf(high, dof) < p:
-        low, high = high, 2.0 * high
-    for _ in range(_BISECTION_STEPS):
-        middle = 0.5 * (low + high)
-        if student_t_cdf(middle, dof) < p:
-            low = middle
-        else:
-            high = middle
-        if high - low <= 1e-13 * high:
-            break
-    return 0.5 * (low + high)
-
-
-def _critical_value(dof: float) -> float:
-    return t_quantile(0.5 + CONFIDENCE / 2.0, dof)
 
 
 def _check_sample(values: Sequence[float], what: str) -> None:
     if len(values) < 2:
         raise ValueError(f"{what} needs at least 2 runs to estimate run-to-run variance, got {len(values)}.")
+
+
+def _critical_value(confidence: float, dof: float) -> float:
+    """The two-sided t critical value: ``t((1 + confidence) / 2, dof)``."""
+    return float(scipy_stats.t.ppf(0.5 + confidence / 2.0, dof))
 
 
 @dataclass(frozen=True)
@@ -116,37 +81,168 @@ class ArmSummary:
 
 
 def summarize(values: Sequence[float]) -> ArmSummary:
-    """Mean, sample standard deviation and the t interval ``mean ± t(0.975, n-1)·s/√n`` of ``values``."""
+    """Mean, sample standard deviation and the t interval ``mean ± t(0.975, n-1)·s/√n`` of ``values``.
+
+    Raises:
+        ValueError: with fewer than 2 values.
+    """
     _check_sample(values, "an arm")
     mean, std = statistics.fmean(values), statistics.stdev(values)
-    half_width = _critical_value(len(values) - 1) * std / math.sqrt(len(values))
+    half_width = _critical_value(CONFIDENCE, len(values) - 1) * std / math.sqrt(len(values))
     return ArmSummary(len(values), mean, std, mean - half_width, mean + half_width)
 
 
 @dataclass(frozen=True)
 class Difference:
-    """``other - baseline`` with Welch's 95% interval; ``dof`` is None when neither arm varies (a point interval)."""
+    """``other - baseline``, with its 95% interval and the 90% interval of the equivalence test.
 
+    Attributes:
+        method: `PAIRED` or `WELCH`.
+        n: the pairs (paired) or the runs of the smaller arm (Welch).
+        estimate: the mean difference.
+        ci_low: the 95% interval's lower end.
+        ci_high: its upper end.
+        tost_low: the 90% interval's lower end (two one-sided tests at α = 0.05).
+        tost_high: its upper end.
+        dof: the t distribution's degrees of freedom (Welch–Satterthwaite for Welch); None when nothing varies
+            (both intervals are then the point ``estimate``).
+        spread: the standard deviation of one seed's difference: of the per-seed differences (paired), or
+            ``√(s_baseline² + s_other²)`` (Welch).
+    """
+
+    method: str
+    n: int
     estimate: float
     ci_low: float
     ci_high: float
+    tost_low: float
+    tost_high: float
     dof: float | None
+    spread: float
 
     @property
     def verdict(self) -> str:
+        """`WITHIN` when the 95% interval contains 0 (no difference detected), else `DIFFERS`."""
         return WITHIN if self.ci_low <= 0.0 <= self.ci_high else DIFFERS
 
 
+def _point(method: str, n: int, estimate: float) -> Difference:
+    return Difference(method, n, estimate, estimate, estimate, estimate, estimate, None, 0.0)
+
+
+def paired_difference(baseline: Sequence[float], other: Sequence[float]) -> Difference:
+    """The paired t interval of ``other[i] - baseline[i]`` (``scipy.stats.ttest_rel``), one pair per seed.
+
+    Raises:
+        ValueError: with fewer than 2 pairs, or arms of different lengths.
+    """
+    if len(baseline) != len(other):
+        raise ValueError(f"paired arms need one run each per seed, got {len(baseline)} and {len(other)} runs.")
+    _check_sample(baseline, "a paired comparison")
+    differences = [b - a for a, b in zip(baseline, other, strict=True)]
+    estimate = statistics.fmean(differences)
+    spread = statistics.stdev(differences)
+    if spread == 0.0:
+        return _point(PAIRED, len(differences), estimate)
+    result = scipy_stats.ttest_rel(other, baseline)
+    ci = result.confidence_interval(CONFIDENCE)
+    tost = result.confidence_interval(1.0 - 2.0 * ALPHA)
+    return Difference(
+        PAIRED, len(differences), estimate, ci.low, ci.high, tost.low, tost.high, float(result.df), spread
+    )
+
+
 def welch_difference(baseline: Sequence[float], other: Sequence[float]) -> Difference:
-    """Welch's interval for mean(other) - mean(baseline), with Welch–Satterthwaite degrees of freedom."""
+    """Welch's t interval of ``mean(other) - mean(baseline)`` (``scipy.stats.ttest_ind``, ``equal_var=False``).
+
+    Raises:
+        ValueError: with fewer than 2 runs in either arm.
+    """
     _check_sample(baseline, "the baseline arm")
     _check_sample(other, "the compared arm")
-    baseline_var = statistics.variance(baseline) / len(baseline)
-    other_var = statistics.variance(other) / len(other)
     estimate = statistics.fmean(other) - statistics.fmean(baseline)
-    squared_error = baseline_var + other_var
-    if squared_error == 0.0:
-        return Difference(estimate, estimate, estimate, None)
-    dof = squared_error**2 / (baseline_var**2 / (len(baseline) - 1) + other_var**2 / (len(other) - 1))
-    half_width = _critical_value(dof) * math.sqrt(squared_error)
-    return Difference(estimate, estimate - half_width, estimate + half_width, dof)
+    spread = math.sqrt(statistics.variance(baseline) + statistics.variance(other))
+    n = min(len(baseline), len(other))
+    if spread == 0.0:
+        return _point(WELCH, n, estimate)
+    result = scipy_stats.ttest_ind(other, baseline, equal_var=False)
+    ci = result.confidence_interval(CONFIDENCE)
+    tost = result.confidence_interval(1.0 - 2.0 * ALPHA)
+    return Difference(WELCH, n, estimate, ci.low, ci.high, tost.low, tost.high, float(result.df), spread)
+
+
+def seeds_to_decide(estimate: float, spread: float, margin: float, seeds: int) -> int | None:
+    """The fewest seeds per arm, more than ``seeds``, at which the comparison would likely reach a verdict.
+
+    "Likely" is with probability `POWER`, for a true difference ``estimate`` and a per-seed spread ``spread`` (both
+    as observed): the 95% interval excludes 0 when ``|d| ≥ (t(1-α/2) + t(POWER))·s/√n``, the 90% interval lies
+    inside the margin when ``m - |d| ≥ (t(1-α) + t(POWER))·s/√n`` (``t((1+POWER)/2)`` for ``d = 0``, where either
+    end can fail); t with ``n - 1`` degrees of freedom (for Welch's comparison a slight overstatement of the seeds).
+
+    Returns:
+        That number of seeds, or None when no number up to `MAX_SEEDS` is enough, or when nothing varies (``s = 0``:
+        more seeds of the same would change nothing).
+    """
+    if spread == 0.0:
+        return None
+    seeds_per_arm = np.arange(seeds + 1, MAX_SEEDS + 1)
+    dof = seeds_per_arm - 1
+    standard_error = spread / np.sqrt(seeds_per_arm)
+    power_quantile = POWER if estimate != 0.0 else 0.5 + POWER / 2.0
+    differs = abs(estimate) >= (scipy_stats.t.ppf(1 - ALPHA / 2, dof) + scipy_stats.t.ppf(POWER, dof)) * standard_error
+    equivalent = (
+        margin - abs(estimate)
+        >= (scipy_stats.t.ppf(1 - ALPHA, dof) + scipy_stats.t.ppf(power_quantile, dof)) * standard_error
+    )
+    decided = np.flatnonzero(differs | equivalent)
+    return int(seeds_per_arm[decided[0]]) if decided.size else None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """`compare`'s answer.
+
+    Attributes:
+        verdict: `IDENTICAL`, `EQUIVALENT` (within ±``margin``), `DIFFERS` or `INCONCLUSIVE`.
+        margin: the equivalence margin m (in the metric's unit).
+        difference: the interval behind the verdict; None for runs identical on every seed.
+        seeds_needed: for an inconclusive verdict, `seeds_to_decide`'s number (None when none is enough); else None.
+    """
+
+    verdict: str
+    margin: float
+    difference: Difference | None
+    seeds_needed: int | None = None
+
+    @property
+    def method(self) -> str:
+        """`PAIRED` or `WELCH`: how the arms were compared (identical runs are paired runs)."""
+        return PAIRED if self.difference is None else self.difference.method
+
+
+def compare(baseline: Mapping[int, float], other: Mapping[int, float], margin: float) -> Comparison:
+    """``other - baseline`` with its verdict: paired when both ran the same seeds (keys), else Welch's.
+
+    Args:
+        baseline: the baseline arm's figure per seed.
+        other: the compared arm's figure per seed.
+        margin: the equivalence margin m >= 0, in the figure's unit.
+
+    Raises:
+        ValueError: with fewer than 2 runs in an arm, or a negative margin.
+    """
+    if not margin >= 0.0:
+        raise ValueError(f"the equivalence margin must be >= 0, got {margin}.")
+    if baseline.keys() == other.keys():
+        seeds = sorted(baseline)
+        if len(seeds) >= 2 and all(baseline[seed] == other[seed] for seed in seeds):
+            return Comparison(IDENTICAL, margin, None)
+        difference = paired_difference([baseline[seed] for seed in seeds], [other[seed] for seed in seeds])
+    else:
+        difference = welch_difference(list(baseline.values()), list(other.values()))
+    if -margin < difference.tost_low and difference.tost_high < margin:
+        return Comparison(EQUIVALENT, margin, difference)
+    if not difference.ci_low <= 0.0 <= difference.ci_high:
+        return Comparison(DIFFERS, margin, difference)
+    needed = seeds_to_decide(difference.estimate, difference.spread, margin, difference.n)
+    return Comparison(INCONCLUSIVE, margin, difference, needed)

@@ -1,142 +1,185 @@
-"""The A/B benchmark's statistics on synthetic inputs with known answers."""
+"""The benchmarks' statistics: intervals and verdicts against SciPy's tests and textbook formulas."""
 
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from scipy import stats as scipy_stats
 
 from maxent_grpo.bench.metrics import TOKENS_PER_SECOND, mean_after_warmup, step_series
 from maxent_grpo.bench.stats import (
+    ALPHA,
     DIFFERS,
+    EQUIVALENT,
+    IDENTICAL,
+    INCONCLUSIVE,
+    PAIRED,
+    POWER,
+    WELCH,
     WITHIN,
-    regularized_incomplete_beta,
-    student_t_cdf,
+    compare,
+    paired_difference,
+    seeds_to_decide,
     summarize,
-    t_quantile,
     welch_difference,
 )
 
-# Student t quantiles from standard tables (8 significant digits).
-T_TABLE = [
-    (0.975, 1, 12.706205),
-    (0.975, 2, 4.3026527),
-    (0.975, 3, 3.1824463),
-    (0.975, 4, 2.7764451),
-    (0.975, 10, 2.2281389),
-    (0.975, 30, 2.0422725),
-    (0.975, 1000, 1.9623391),
-    (0.95, 5, 2.0150484),
-    (0.995, 7, 3.4994833),
-    (0.9, 20, 1.3253407),
-]
+values = st.floats(min_value=-100.0, max_value=100.0, allow_nan=False, allow_infinity=False)
+samples = st.lists(values, min_size=2, max_size=12)
 
 
-@pytest.mark.parametrize(("p", "dof", "expected"), T_TABLE)
-def test_t_quantile_matches_tables(p, dof, expected):
-    assert t_quantile(p, dof) == pytest.approx(expected, abs=5e-7)
+def _varies(sample: list[float]) -> bool:
+    return statistics.stdev(sample) > 1e-3
 
 
-@pytest.mark.parametrize(("p", "dof", "expected"), T_TABLE)
-def test_t_quantile_lower_tail_is_symmetric_and_inverts_the_cdf(p, dof, expected):
-    assert t_quantile(1 - p, dof) == pytest.approx(-expected, abs=5e-7)
-    assert student_t_cdf(t_quantile(p, dof), dof) == pytest.approx(p, abs=1e-12)
+@st.composite
+def paired_samples(draw: st.DrawFn) -> tuple[list[float], list[float]]:
+    baseline = draw(samples)
+    other = draw(st.lists(values, min_size=len(baseline), max_size=len(baseline)))
+    return baseline, other
 
 
-def test_t_quantile_takes_fractional_dof_and_approaches_the_normal():
-    from scipy import stats as scipy_stats  # a dev dependency: the reference implementation
-
-    for dof in (0.7, 1.5, 3.2347, 7.9, 123.4):
-        assert t_quantile(0.975, dof) == pytest.approx(scipy_stats.t.ppf(0.975, dof), rel=1e-9)
-    assert t_quantile(0.975, 1e6) == pytest.approx(1.959964, abs=1e-5)
-
-
-def test_student_t_cdf_known_values():
-    assert student_t_cdf(0.0, 3) == 0.5
-    assert student_t_cdf(1.0, 1) == pytest.approx(0.75)  # Cauchy: 1/2 + atan(1)/pi
-    assert student_t_cdf(-1.0, 1) == pytest.approx(0.25)
-    assert student_t_cdf(1.0, 2) == pytest.approx(0.5 + 1 / (2 * math.sqrt(3)))  # t_2: 1/2 + t/(2*sqrt(2+t^2))
+@settings(max_examples=60, deadline=None)
+@given(samples)
+def test_summarize_is_the_t_interval_of_the_mean(sample):
+    assume(_varies(sample))
+    summary = summarize(sample)
+    low, high = scipy_stats.t.interval(
+        0.95, len(sample) - 1, loc=statistics.fmean(sample), scale=scipy_stats.sem(sample)
+    )
+    assert (summary.n, summary.std) == (len(sample), pytest.approx(statistics.stdev(sample)))
+    assert (summary.ci_low, summary.ci_high) == (pytest.approx(low), pytest.approx(high))
 
 
-def test_regularized_incomplete_beta_closed_forms():
-    assert regularized_incomplete_beta(0.3, 1, 1) == pytest.approx(0.3)
-    assert regularized_incomplete_beta(0.3, 2, 1) == pytest.approx(0.09)  # x^a when b = 1
-    assert regularized_incomplete_beta(0.3, 1, 3) == pytest.approx(1 - 0.7**3)  # 1 - (1-x)^b when a = 1
-    assert regularized_incomplete_beta(0.0, 2, 3) == 0.0
-    assert regularized_incomplete_beta(1.0, 2, 3) == 1.0
-    with pytest.raises(ValueError):
-        regularized_incomplete_beta(1.5, 2, 3)
+@settings(max_examples=60, deadline=None)
+@given(paired_samples())
+def test_paired_difference_is_the_t_interval_of_the_per_seed_differences(pair):
+    baseline, other = pair
+    differences = [b - a for a, b in zip(baseline, other, strict=True)]
+    assume(_varies(differences))
+    difference = paired_difference(baseline, other)
+    n, mean, sd = len(differences), statistics.fmean(differences), statistics.stdev(differences)
+    for confidence, low, high in (
+        (0.95, difference.ci_low, difference.ci_high),
+        (0.9, difference.tost_low, difference.tost_high),
+    ):
+        half_width = scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+        assert (low, high) == (pytest.approx(mean - half_width, abs=1e-9), pytest.approx(mean + half_width, abs=1e-9))
+    assert (difference.method, difference.n, difference.dof) == (PAIRED, n, n - 1)
+    assert difference.spread == pytest.approx(sd)
 
 
-def test_bad_quantile_arguments_raise():
-    with pytest.raises(ValueError):
-        t_quantile(1.0, 4)
-    with pytest.raises(ValueError):
-        t_quantile(0.975, 0)
+@settings(max_examples=60, deadline=None)
+@given(samples, samples)
+def test_welch_difference_has_the_welch_satterthwaite_interval(baseline, other):
+    assume(_varies(baseline) and _varies(other))
+    difference = welch_difference(baseline, other)
+    v1, v2 = statistics.variance(baseline) / len(baseline), statistics.variance(other) / len(other)
+    dof = (v1 + v2) ** 2 / (v1**2 / (len(baseline) - 1) + v2**2 / (len(other) - 1))
+    estimate = statistics.fmean(other) - statistics.fmean(baseline)
+    half_width = scipy_stats.t.ppf(0.975, dof) * math.sqrt(v1 + v2)
+    assert difference.method == WELCH
+    assert difference.dof == pytest.approx(dof)
+    assert difference.estimate == pytest.approx(estimate, abs=1e-9)
+    assert difference.ci_low == pytest.approx(estimate - half_width, abs=1e-9)
+    assert difference.ci_high == pytest.approx(estimate + half_width, abs=1e-9)
 
 
-def test_summarize_is_the_t_interval_over_runs():
-    summary = summarize([1.0, 2.0, 3.0, 4.0, 5.0])
-    half_width = 2.7764451 * math.sqrt(2.5) / math.sqrt(5)  # t(0.975, 4) * s / sqrt(n)
-    assert (summary.n, summary.mean, summary.std) == (5, 3.0, pytest.approx(math.sqrt(2.5)))
-    assert summary.ci_low == pytest.approx(3.0 - half_width, abs=1e-6)
-    assert summary.ci_high == pytest.approx(3.0 + half_width, abs=1e-6)
+@settings(max_examples=80, deadline=None)
+@given(paired_samples(), st.floats(min_value=0.01, max_value=50.0))
+def test_paired_verdict_agrees_with_scipys_one_sided_tests(pair, margin):
+    baseline, other = pair
+    differences = [b - a for a, b in zip(baseline, other, strict=True)]
+    assume(_varies(differences))
+    # TOST: both one-sided tests reject a difference of the margin or more (H0: d <= -m, and H0: d >= m).
+    above_lower = scipy_stats.ttest_rel(other, [a - margin for a in baseline], alternative="greater").pvalue
+    below_upper = scipy_stats.ttest_rel(other, [a + margin for a in baseline], alternative="less").pvalue
+    two_sided = scipy_stats.ttest_rel(other, baseline).pvalue
+    assume(min(abs(p - ALPHA) for p in (above_lower, below_upper)) > 1e-6 and abs(two_sided - ALPHA) > 1e-6)
+    comparison = compare(dict(enumerate(baseline)), dict(enumerate(other)), margin)
+    if above_lower < ALPHA and below_upper < ALPHA:
+        assert comparison.verdict == EQUIVALENT
+    elif two_sided < ALPHA:
+        assert comparison.verdict == DIFFERS
+    else:
+        assert comparison.verdict == INCONCLUSIVE
+        assert comparison.seeds_needed is None or comparison.seeds_needed > len(baseline)
+    assert comparison.method == PAIRED
 
 
-def test_welch_hand_computed_example_with_four_degrees_of_freedom():
-    # Equal variances (s = 1) and n = 3 per arm: se^2 = 1/3 + 1/3, Welch-Satterthwaite dof = 2 (n - 1) = 4.
-    difference = welch_difference([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
-    half_width = 2.7764451 * math.sqrt(2 / 3)
-    assert difference.estimate == 3.0
-    assert difference.dof == pytest.approx(4.0)
-    assert difference.ci_high - difference.estimate == pytest.approx(half_width, abs=1e-6)
-    assert difference.ci_low == pytest.approx(3.0 - half_width, abs=1e-6)
-    assert difference.verdict == DIFFERS
+def test_identical_runs_are_identical_on_every_seed_without_an_interval():
+    runs = {1: 24.1, 2: 25.3, 3: 24.9}
+    comparison = compare(runs, dict(runs), margin=0.25)
+    assert (comparison.verdict, comparison.method, comparison.difference) == (IDENTICAL, PAIRED, None)
 
 
-def test_welch_satterthwaite_dof_with_unequal_variances():
-    # baseline: n = 4, s^2 = 5/3 -> v1 = 5/12; other: n = 3, s^2 = 4 -> v2 = 4/3.
-    difference = welch_difference([1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0])
-    v1, v2 = 5 / 12, 4 / 3
-    expected_dof = (v1 + v2) ** 2 / (v1**2 / 3 + v2**2 / 2)
-    assert difference.dof == pytest.approx(expected_dof)  # 3.2347...
-    assert difference.estimate == pytest.approx(1.5)
-    half_width = t_quantile(0.975, expected_dof) * math.sqrt(v1 + v2)
-    assert difference.ci_high == pytest.approx(1.5 + half_width)
-    assert difference.verdict == WITHIN
+def test_the_three_verdicts():
+    baseline = {1: 10.0, 2: 12.0, 3: 11.0, 4: 13.0}
+    shifted = {seed: value + 1.0 + 0.1 * (seed % 2) for seed, value in baseline.items()}  # +1.0 / +1.1
+    assert compare(baseline, shifted, margin=0.5).verdict == DIFFERS
+    nudged = {seed: value + 0.01 * (seed % 2) for seed, value in baseline.items()}  # +0 / +0.01
+    equivalent = compare(baseline, nudged, margin=0.05)
+    assert equivalent.verdict == EQUIVALENT
+    assert -0.05 < equivalent.difference.tost_low < equivalent.difference.tost_high < 0.05
+    noisy = {1: 10.5, 2: 11.6, 3: 11.4, 4: 12.7}  # +0.5 -0.4 +0.4 -0.3
+    inconclusive = compare(baseline, noisy, margin=0.5)
+    assert inconclusive.verdict == INCONCLUSIVE
+    assert inconclusive.difference.ci_low < 0.0 < inconclusive.difference.ci_high
+    assert inconclusive.seeds_needed is not None and inconclusive.seeds_needed > 4
 
 
-def test_identical_arms_are_within_run_to_run_variance():
-    runs = [10.1, 9.8, 10.3]
-    difference = welch_difference(runs, list(runs))
-    assert difference.estimate == 0.0
-    assert difference.ci_low < 0.0 < difference.ci_high
-    assert difference.verdict == WITHIN
+def test_a_real_difference_smaller_than_the_margin_is_equivalent():
+    baseline = {1: 10.0, 2: 12.0, 3: 11.0}
+    other = {1: 10.02, 2: 12.021, 3: 11.019}
+    comparison = compare(baseline, other, margin=0.1)
+    assert comparison.difference.ci_low > 0.0
+    assert comparison.verdict == EQUIVALENT
 
 
-def test_clearly_shifted_arms_differ_in_either_direction():
-    baseline = [10.1, 9.8, 10.3]
-    assert welch_difference(baseline, [value + 5.0 for value in baseline]).verdict == DIFFERS
-    lower = welch_difference(baseline, [value - 5.0 for value in baseline])
-    assert lower.ci_high < 0.0
-    assert lower.verdict == DIFFERS
+def test_arms_with_different_seeds_are_compared_by_welch():
+    comparison = compare({1: 1.0, 2: 2.0, 3: 3.0}, {4: 4.0, 5: 5.0, 6: 6.0}, margin=0.5)
+    assert (comparison.method, comparison.verdict) == (WELCH, DIFFERS)
+    # Equal variances (s = 1), n = 3 per arm: Welch-Satterthwaite dof = 2 (n - 1) = 4.
+    assert comparison.difference.dof == pytest.approx(4.0)
+    assert comparison.difference.ci_high - 3.0 == pytest.approx(scipy_stats.t.ppf(0.975, 4) * math.sqrt(2 / 3))
 
 
-def test_a_small_shift_inside_the_noise_is_within_variance():
-    assert welch_difference([10.0, 12.0, 8.0], [10.5, 12.5, 8.5]).verdict == WITHIN
+def test_seeds_to_decide_is_the_first_count_with_enough_power():
+    estimate, spread, margin = 0.1, 0.3, 0.5
+    needed = seeds_to_decide(estimate, spread, margin, seeds=3)
+
+    def decided(n: int) -> bool:
+        se, t = spread / math.sqrt(n), scipy_stats.t
+        differs = abs(estimate) >= (t.ppf(1 - ALPHA / 2, n - 1) + t.ppf(POWER, n - 1)) * se
+        equivalent = margin - abs(estimate) >= (t.ppf(1 - ALPHA, n - 1) + t.ppf(POWER, n - 1)) * se
+        return differs or equivalent
+
+    assert needed is not None and needed > 3
+    assert decided(needed) and not decided(needed - 1)
+    assert seeds_to_decide(0.0, 0.0, 0.0, seeds=3) is None  # nothing varies: more seeds change nothing
+    assert seeds_to_decide(0.0, 1.0, 0.0, seeds=3) is None  # no difference to find, no margin to fit in
 
 
-def test_arms_without_variance_give_a_point_interval():
+def test_identical_runs_by_welch_are_a_point_interval():
     same = welch_difference([4.0, 4.0], [4.0, 4.0])
     assert (same.estimate, same.ci_low, same.ci_high, same.dof, same.verdict) == (0.0, 0.0, 0.0, None, WITHIN)
     assert welch_difference([4.0, 4.0], [5.0, 5.0]).verdict == DIFFERS
+    assert compare({1: 4.0, 2: 4.0}, {3: 4.0, 4: 4.0}, margin=0.1).verdict == EQUIVALENT
 
 
-def test_one_run_per_arm_is_refused():
+def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="at least 2 runs"):
         summarize([1.0])
     with pytest.raises(ValueError, match="at least 2 runs"):
         welch_difference([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="one run each per seed"):
+        paired_difference([1.0, 2.0], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="margin"):
+        compare({1: 1.0, 2: 2.0}, {1: 1.5, 2: 2.0}, margin=-1.0)
 
 
 def test_step_series_derives_tokens_per_second_and_skips_the_summary_entry():
