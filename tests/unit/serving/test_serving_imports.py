@@ -41,4 +41,4 @@ def test_the_extensions_former_path_loads_the_same_class_and_the_reload_method_i
     assert server_reload_extension.DiskReloadExtension is DiskReloadExtension
     assert EXTENSION_QUALNAME == "maxent_grpo.serving.reload_extension.DiskReloadExtension"
     assert callable(getattr(DiskReloadExtension, routes.RELOAD_METHOD))
-    assert routes.RPC_METHODS == {routes.RELOAD_METHOD}
+    assert {routes.RELOAD_METHOD} == routes.RPC_METHODS
