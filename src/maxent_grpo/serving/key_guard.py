@@ -65,6 +65,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def route_path(scope: Scope) -> str:
+    """The path the app routes the request by: ``path`` less the ``root_path`` a server started with ``--root-path``
+    puts before every route (Starlette's rule, restated here so that the guard imports nothing of the server)."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    if root and path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/"):
+        return path[len(root) :]
+    return path
+
+
 def opened_routes(environment: MutableMapping[str, str] | None = None) -> list[str]:
     """The refused routes opened by name (``MAXENT_GRPO_ALLOWED_ROUTES``, comma-separated) in ``environment``
     (default: this process's)."""
@@ -112,7 +121,7 @@ class ServerKeyGuard:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        path, method = scope.get("path", ""), scope.get("method", "GET")
+        path, method = route_path(scope), scope.get("method", "GET")
         allowed = self.allowlist.allows(path)
         if scope["type"] == "websocket":
             if allowed and self._authorized(scope):

@@ -149,6 +149,15 @@ def test_allow_route_opens_a_refused_route_by_name_and_only_those(monkeypatch):
         Guarded(monkeypatch, None, opened="/sleep,/nowhere")
 
 
+def test_a_server_under_a_root_path_is_guarded_by_its_routes(monkeypatch):
+    guard = Guarded(monkeypatch, None)
+    under = {"root_path": "/llm"}
+    assert guard({**http("/llm/v1/completions", "POST"), **under})[0]
+    for path in ("/llm/pause", "/llm//collective_rpc", "/llmx/health"):
+        reached, sent = guard({**http(path, "POST"), **under})
+        assert not reached and status(sent) == 403, path
+
+
 def test_the_header_name_and_scheme_are_case_insensitive_and_the_key_is_not(monkeypatch):
     guard = Guarded(monkeypatch, KEY)
     assert guard(http("/health", headers={"AUTHORIZATION": "bearer s3cret"}))[0]
