@@ -166,14 +166,18 @@ def _run(trainer: MaxEntGRPOTrainer, config: MaxEntGRPOConfig) -> None:
     from maxent_grpo.training.empty_batches import NoUsableGenerationError
     from maxent_grpo.training.generation.backends.protocol import GenerationStopped
     from maxent_grpo.training.reward_contract import RewardContractError
+    from maxent_grpo.training.reward_scoring.errors import RewardFunctionError, RewardFunctionGone
 
     try:
         trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     except KeyboardInterrupt as error:
         raise Interrupted(interrupted_message(config.output_dir)) from error
-    except (NoUsableGenerationError, GenerationStopped) as error:
+    except (NoUsableGenerationError, GenerationStopped, RewardFunctionGone) as error:
         raise TrainingFailed(str(error)) from error
-    except RewardContractError as error:  # the user's reward function is input the run cannot use
+    except (
+        RewardContractError,
+        RewardFunctionError,
+    ) as error:  # the user's reward function is input the run cannot use
         raise UsageError(str(error)) from error
     except SaveError as error:
         raise UsageError(str(error)) from error
