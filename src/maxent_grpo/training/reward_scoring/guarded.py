@@ -26,7 +26,7 @@ from maxent_grpo.training.reward_contract import RewardContractError
 from maxent_grpo.training.reward_scoring.errors import RewardFunctionError, one_line
 from maxent_grpo.training.reward_scoring.ledger import CallReport, ScoringLedger
 from maxent_grpo.training.reward_scoring.threaded_calls import ThreadedCalls
-from maxent_grpo.training.reward_scoring.transient import is_transient
+from maxent_grpo.training.reward_scoring.transient import is_timeout, is_transient
 
 #: Keyword arguments through which a reward function writes to the trainer; a late attempt's writes are ignored.
 _WRITERS = ("log_extra", "log_metric")
@@ -88,7 +88,7 @@ class _Attempts:
         if not is_transient(error):
             raise RewardFunctionError(f"reward function {self.name} raised {one_line(error)}") from error
         self.report.errors.append(error)
-        self.report.timed_out += isinstance(error, TimeoutError)
+        self.report.timed_out += is_timeout(error)
         return backoff(attempt) if attempt < self.policy.retries else None
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from maxent_grpo.training.reward_scoring.errors import RewardFunctionGone, one_line
+from maxent_grpo.training.reward_scoring.transient import is_timeout
 from maxent_grpo.training.reward_scoring.unscored_rows import leave_out_unscored
 
 logger = logging.getLogger(__name__)
@@ -26,6 +27,9 @@ logger = logging.getLogger(__name__)
 #: Per-function counters of one batch: calls made, calls that failed after their retries, attempts that timed out,
 #: attempts made after a failed one, kept rows left unscored, and the calls and failed calls that had rows to score.
 _COUNTERS = ("calls", "failed", "timed_out", "retried", "unscored_rows", "calls_with_rows", "failed_with_rows")
+
+#: The counters logged per reward function, as ``scoring/<name>/<counter>``.
+FUNCTION_COUNTERS = ("failed", "timed_out", "retried", "unscored_rows")
 
 
 @dataclass
@@ -99,7 +103,7 @@ class ScoringLedger:
         if report.errors:
             self._last_errors[index] = report.errors[-1]
         for error in report.errors:
-            kind = "timed out" if isinstance(error, TimeoutError) else type(error).__name__
+            kind = "timed out" if is_timeout(error) else type(error).__name__
             self._warn_once(index, kind, f"reward function {self.names[index]} failed ({one_line(error)})")
         if report.failed:
             counts["failed"] += 1
@@ -149,7 +153,7 @@ class ScoringLedger:
         metrics = {"scoring/unscored_rows": float((keep.to(kept.device) & ~kept).sum().item())}
         for index, name in enumerate(self.names):
             total = dict(zip(_COUNTERS, summed[index].tolist(), strict=True))
-            for key in ("failed", "timed_out", "retried", "unscored_rows"):
+            for key in FUNCTION_COUNTERS:
                 metrics[f"scoring/{name}/{key}"] = total[key]
             if training and total["calls_with_rows"] > 0:
                 gone = total["failed_with_rows"] == total["calls_with_rows"]

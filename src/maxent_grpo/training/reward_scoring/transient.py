@@ -50,3 +50,14 @@ def is_transient(error: BaseException) -> bool:
     if status is not None:
         return status in TRANSIENT_STATUSES or 500 <= status < 600
     return isinstance(error, (TimeoutError, OSError, *_request_errors()))
+
+
+def is_timeout(error: BaseException) -> bool:
+    """Whether ``error`` says a call took too long: `TimeoutError` (``reward_timeout``, asyncio, sockets) or the
+    timeout errors of ``requests`` and ``httpx`` when those are loaded."""
+    timeouts: list[type[BaseException]] = [TimeoutError]
+    if (requests := sys.modules.get("requests")) is not None:
+        timeouts.append(requests.Timeout)
+    if (httpx := sys.modules.get("httpx")) is not None:
+        timeouts.append(httpx.TimeoutException)
+    return isinstance(error, tuple(timeouts))

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import requests
 
-from maxent_grpo.training.reward_scoring.transient import is_transient
+from maxent_grpo.training.reward_scoring.transient import is_timeout, is_transient
 
 
 def _requests_error(status: int) -> requests.HTTPError:
@@ -60,3 +60,13 @@ def test_transient_errors_are_retried(error):
 )
 def test_other_errors_are_not(error):
     assert not is_transient(error)
+
+
+@pytest.mark.parametrize("error", [TimeoutError("slow"), requests.ReadTimeout("slow"), httpx.ReadTimeout("slow")])
+def test_timeouts_of_every_client_count_as_timeouts(error):
+    assert is_timeout(error)
+
+
+@pytest.mark.parametrize("error", [ConnectionRefusedError("refused"), requests.ConnectionError("down")])
+def test_other_transient_errors_do_not(error):
+    assert not is_timeout(error)
