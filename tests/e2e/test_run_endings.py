@@ -134,3 +134,43 @@ def test_read_only_output_dir_is_refused_before_training(tmp_path):
     assert result.stderr.strip() == (
         f"maxent-grpo train: error: cannot write to output_dir '{output_dir}': Permission denied"
     )
+
+
+FAILING_REWARDS = """
+def unreachable_judge(completions, **kwargs):
+    raise ConnectionRefusedError("the judge at 127.0.0.1:9 refused the connection")
+
+
+def broken_reward(completions, **kwargs):
+    return [len(completion) / None for completion in completions]
+"""
+
+
+@pytest.mark.parametrize(
+    ("reward", "code", "expected"),
+    [
+        (
+            "unreachable_judge",
+            1,
+            "reward function unreachable_judge failed on every call in 3 consecutive batches "
+            "(reward_max_consecutive_failed_batches=3); last error: ConnectionRefusedError: the judge at 127.0.0.1:9 "
+            "refused the connection",
+        ),
+        (
+            "broken_reward",
+            2,
+            "reward function broken_reward raised TypeError: unsupported operand type(s) for /: 'int' and 'NoneType'",
+        ),
+    ],
+    ids=["scorer-gone", "bug-in-the-function"],
+)
+def test_a_reward_function_that_keeps_failing_or_is_broken_ends_the_run_with_one_line(
+    reward, code, expected, tmp_path
+):
+    (tmp_path / "my_rewards.py").write_text(FAILING_REWARDS)
+    args = ["--max_steps", "5", "--reward_funcs", f"my_rewards.{reward}", "--reward_retries", "1"]
+    result = run_cli([*TRAIN, *args], offline_env(tmp_path), cwd=tmp_path)
+    assert result.returncode == code, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == f"maxent-grpo train: error: {expected}", result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert "Model saved" not in result.stdout

@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from typing import Any
 
 #: Calls of one reward function that may still be running past their timeout before further calls fail at once.
-MAX_CALLS_LEFT_RUNNING = 2
+MAX_CALLS_LEFT_RUNNING = 4
 
 
 class CallTimedOut(TimeoutError):
