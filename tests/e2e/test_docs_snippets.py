@@ -61,6 +61,19 @@ def test_own_reward_function_of_the_docs_trains(tmp_path):
 
 
 @pytest.mark.slow
+def test_reward_timeout_command_of_the_docs_trains(tmp_path):
+    (tmp_path / "my_rewards.py").write_text(
+        "def judge(completions, **kwargs):\n    return [float(len(set(text))) for text in completions]\n"
+    )
+    (tmp_path / "configs").symlink_to(ROOT / "configs")
+    [command] = command_lines(snippet(DOCS / "guide" / "reward-functions.md", "cli-reward-timeout"))
+    args = [*_maxent_grpo_args(command), "--max_steps", "1", "--logging_steps", "1", "--output_dir", "out"]
+    result = run_cli(args, offline_env(tmp_path), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"scoring/judge/timed_out=0", result.stderr), result.stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_backend_example_of_the_docs_retries_the_completions_it_loses(tmp_path):
     script = tmp_path / "custom_backend.py"
     script.write_text(snippet(DOCS / "guide" / "backends.md", "custom-backend"))
