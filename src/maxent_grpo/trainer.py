@@ -63,7 +63,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
       backend (`backends.rollout_function`).
     - `_calculate_rewards`: reward functions only ever see kept rows; dropped rows score NaN (unscorable). A reward
       function's return that TRL cannot train on (a wrong count, not a number, NaN, infinity) raises
-      `RewardContractError` naming the function (`training.reward_contract`).
+      `RewardContractError` naming the function (`training.reward_contract`). Each call is bounded by
+      ``reward_timeout`` and retried on transient errors; rows a call could not score leave the batch as dropped rows
+      do, and a function failing on every call too long stops the run (`training.reward_scoring`).
     - `_generate_and_score_completions`: with ``maxent_objective="listwise"``, replaces the advantages by the MaxEnt
       listwise ones and steps the tau / beta controllers.
     - `_compute_loss`: TRL's loss, normalisers and metrics on the kept rows of each micro-batch only.

@@ -174,10 +174,8 @@ def _run(trainer: MaxEntGRPOTrainer, config: MaxEntGRPOConfig) -> None:
         raise Interrupted(interrupted_message(config.output_dir)) from error
     except (NoUsableGenerationError, GenerationStopped, RewardFunctionGone) as error:
         raise TrainingFailed(str(error)) from error
-    except (
-        RewardContractError,
-        RewardFunctionError,
-    ) as error:  # the user's reward function is input the run cannot use
+    # The user's reward function is input the run cannot use (a broken return, an error no retry would fix).
+    except (RewardContractError, RewardFunctionError) as error:
         raise UsageError(str(error)) from error
     except SaveError as error:
         raise UsageError(str(error)) from error

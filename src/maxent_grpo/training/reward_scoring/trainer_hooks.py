@@ -8,7 +8,6 @@ network: they are left unwrapped.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -63,10 +62,8 @@ def settle_batch(
     metrics = trainer._metrics["train" if training else "eval"]
     for name, value in settled.metrics.items():
         metrics[name].append(value)
-    start = trainer.accelerator.process_index * len(batch.keep)
     global_keep = settled.keep.to(batch.global_keep.device)
-    keep = global_keep[start : start + len(batch.keep)].tolist()
-    return dataclasses.replace(batch, keep=keep, global_keep=global_keep, rewards_per_func=rewards_per_func)
+    return batch.scored(rewards_per_func, global_keep, trainer.accelerator.process_index)
 
 
 def recount_kept_tokens(output: dict[str, Any], keep: torch.Tensor, gather: Callable[[torch.Tensor], torch.Tensor]):
