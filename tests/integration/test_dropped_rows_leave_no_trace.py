@@ -200,6 +200,9 @@ def _train(tmp_path, *, dropped=frozenset(), **settings) -> RecordingTrainer:
     if dropped == DROPS["full"]["dropped"]:  # nothing to train on: the run says so once it ends
         with pytest.raises(NoUsableGenerationError):
             trainer.train()
+    elif settings.get("failing_scorings") == DROPS["unscored_full"]["failing_scorings"]:  # nor here
+        with pytest.raises(NoUsableGenerationError, match="no reward function could score their rows"):
+            trainer.train()
     else:
         trainer.train()
     return trainer

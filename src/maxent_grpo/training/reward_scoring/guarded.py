@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +75,7 @@ class _Attempts:
         self.policy = policy
         self.report = CallReport(rows)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         for attempt in range(self.policy.retries + 1):
             self.report.attempts = attempt + 1
             yield attempt

@@ -62,6 +62,8 @@ def settle_batch(
     metrics = trainer._metrics["train" if training else "eval"]
     for name, value in settled.metrics.items():
         metrics[name].append(value)
+    if training and bool(batch.global_keep.any()) and not bool(settled.keep.any()):
+        trainer._empty_batches.record_unscored()  # no update from this batch: a run of only such ones says so
     global_keep = settled.keep.to(batch.global_keep.device)
     return batch.scored(rewards_per_func, global_keep, trainer.accelerator.process_index)
 
