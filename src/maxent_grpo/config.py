@@ -170,6 +170,34 @@ class MaxEntGRPOConfig(GRPOConfig):
         },
     )
 
+    # Reward functions that fail
+    reward_timeout: float | None = field(
+        default=None,
+        metadata={
+            "help": "Seconds one attempt of one reward function call may take. An attempt past it counts as failed "
+            "and is retried: an async function is cancelled, a sync one is left to finish in its thread and its "
+            "result is never used. None: wait, as TRL does. Reward models (`reward_model_name_or_path`) are not "
+            "bounded."
+        },
+    )
+    reward_retries: int = field(
+        default=2,
+        metadata={
+            "help": "Attempts after the first for a reward function call that timed out or raised a transient error "
+            "(ConnectionError, OSError, request errors of requests / httpx / aiohttp, HTTP 408 / 429 / 5xx), with a "
+            "short backoff. Rows a call could not score after its retries are unscored: they leave the update as "
+            "dropped rows do, never as a made-up 0. Any other error stops the run at once."
+        },
+    )
+    reward_max_consecutive_failed_batches: int = field(
+        default=3,
+        metadata={
+            "help": "Stop with an error naming the function and its last error after this many consecutive training "
+            "generation batches in which every call of one reward function failed after its retries (on every "
+            "process)."
+        },
+    )
+
     # Tools and environments (episodes)
     tool_timeout: float | None = field(
         default=None,

@@ -152,6 +152,9 @@ FIELD_RANGES: dict[str, Range] = {
     "max_staleness": _count(1),
     "dynamic_sampling_max_rounds": _count(1),
     "tool_timeout": _number(0, above=True, optional=True),
+    "reward_timeout": _number(0, above=True, optional=True),
+    "reward_retries": _count(0),
+    "reward_max_consecutive_failed_batches": _count(1),
     # MaxEntGRPOConfig: the listwise objective and its controllers
     "maxent_tau": _number(0),
     "maxent_tau_final": _number(0, above=True, optional=True),

@@ -46,8 +46,8 @@ from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, sel
 from maxent_grpo.training.listwise_rollout import rollout_batch
 from maxent_grpo.training.optimizer_window import WindowPlan, WindowPlanner, step_engine_owned_scheduler
 from maxent_grpo.training.reference_model import built_in_process, reference_from_policy
-from maxent_grpo.training.reward_contract import checked
-from maxent_grpo.training.reward_masking import mask_dropped_rows, silence_unscorable_warning, unscore_dropped_rows
+from maxent_grpo.training.reward_masking import silence_unscorable_warning, unscore_dropped_rows
+from maxent_grpo.training.reward_scoring.trainer_hooks import recount_kept_tokens, settle_batch, wrap_reward_functions
 from maxent_grpo.training.tied_embeddings import check_tied_output_layer
 
 __all__ = ["MaxEntGRPOTrainer", "NoUsableGenerationError"]
@@ -65,7 +65,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
       backend (`backends.rollout_function`).
     - `_calculate_rewards`: reward functions only ever see kept rows; dropped rows score NaN (unscorable). A reward
       function's return that TRL cannot train on (a wrong count, not a number, NaN, infinity) raises
-      `RewardContractError` naming the function (`training.reward_contract`).
+      `RewardContractError` naming the function (`training.reward_contract`). Each call is bounded by
+      ``reward_timeout`` and retried on transient errors; rows a call could not score leave the batch as dropped rows
+      do, and a function failing on every call too long stops the run (`training.reward_scoring`).
     - `_generate_and_score_completions`: with ``maxent_objective="listwise"``, replaces the advantages by the MaxEnt
       listwise ones and steps the tau / beta controllers.
     - `_compute_loss`: TRL's loss, normalisers and metrics on the kept rows of each micro-batch only.
@@ -157,13 +159,9 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self._batch: GenerationBatchState | None = None  # the current batch's; None before the first
         self._empty_batches = EmptyBatchGuard(self.args.generation_max_consecutive_empty_batches)
         self._windows = WindowPlanner(self._prepare_at, self._plan_of)
-        # A reward function sees kept rows only, and what it returns for them is checked (`RewardContractError`).
-        self.reward_funcs = [
-            func
-            if isinstance(func, torch.nn.Module)
-            else mask_dropped_rows(checked(func, name), lambda: None if self._batch is None else self._batch.keep)
-            for func, name in zip(self.reward_funcs, self.reward_func_names, strict=True)
-        ]
+        # A reward function sees kept rows only, what it returns for them is checked (`RewardContractError`), and its
+        # calls are bounded and retried; rows it could not score leave the batch (`training.reward_scoring`).
+        self._reward_ledger = wrap_reward_functions(self, lambda: None if self._batch is None else self._batch.keep)
         listwise = self.args.maxent_objective == "listwise"
         self.listwise = ListwiseObjective.from_config(self.args, self._tokenizer) if listwise else None
         self.dynamic_sampler = DynamicSampler.of(self) if self.args.dynamic_sampling else None
@@ -237,20 +235,17 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         batch = self._batch
         if batch is None:  # outside a batch: nothing was dropped, nothing to record
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if batch.rewards_per_func is not None:  # dynamic sampling already scored the final rows
-            return batch.rewards_per_func
-        keep = batch.global_keep
-        if not batch.dropped_any:
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        else:
-            with silence_unscorable_warning():
+        rewards_per_func = batch.rewards_per_func  # not None: dynamic sampling already scored the final rows
+        if rewards_per_func is None:
+            with silence_unscorable_warning():  # unscorable kept rows are counted by `unscore_dropped_rows`
                 rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-            unscore_dropped_rows(rewards_per_func, keep)
-        self._batch = batch.with_rewards(rewards_per_func)
+        self._batch = batch = settle_batch(self, self._reward_ledger, batch, rewards_per_func)
+        unscore_dropped_rows(rewards_per_func, batch.global_keep)
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs: list) -> dict[str, Any]:
         self._batch = GenerationBatchState(inputs)  # dynamic sampling replaces rows (prompt and columns) in place
+        self._reward_ledger.start_batch()
         if self.environment_pool is not None:
             # Episodes reset their own environments; `_generate` hands TRL this batch's, for reward functions.
             self.environments = None
@@ -275,6 +270,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         batch = self._batch  # what this batch's `_generate` and `_calculate_rewards` decided
         output[ROW_KEEP_KEY] = torch.tensor(batch.keep, dtype=torch.bool, device=self.accelerator.device)
+        if self._reward_ledger.left_out_rows:  # TRL counted the loss tokens before scoring left rows out
+            recount_kept_tokens(output, output[ROW_KEEP_KEY], self.accelerator.gather)
         if self.listwise is not None:  # the MaxEnt listwise advantages replace TRL's (`objective.listwise`)
             step = self.listwise.step(rollout_batch(self, output, batch), Collectives.of(self.accelerator))
             self.beta, output["advantages"] = step.beta, step.advantages

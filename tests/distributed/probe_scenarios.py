@@ -31,7 +31,14 @@ from typing import Any
 from accelerate import Accelerator
 
 from maxent_grpo.cli.commands.train import end_training
-from tests.distributed import probe_collective_reward, probe_fsdp2, probe_gradient, probe_tools, probe_train
+from tests.distributed import (
+    probe_collective_reward,
+    probe_fsdp2,
+    probe_gradient,
+    probe_tools,
+    probe_train,
+    probe_unscored,
+)
 
 SCENARIO_TIMEOUT_S = 600  # what one launch per scenario was given
 
@@ -45,6 +52,7 @@ def scenarios(model_dir: str) -> dict[str, Scenario]:
         **{mode: partial(probe_train.run, mode=mode) for mode in probe_train.MODES},
         **{f"gradient-{loss}": partial(probe_gradient.run, loss_type=loss) for loss in ("grpo", "bnpo")},
         "collective_reward": probe_collective_reward.run,
+        "unscored_on_one_process": probe_unscored.run,
         **{f"tools-{policy}": partial(probe_tools.run, policy=policy) for policy in ("feedback", "retry")},
         "fsdp2": partial(probe_fsdp2.run, model_dir=model_dir),
     }
@@ -75,7 +83,7 @@ def main() -> None:
         faulthandler.cancel_dump_traceback_later()
         result.write_text(json.dumps({"status": "ok", "record": record}))
         # Let go of this scenario's model, optimizer and data loaders (DDP's reducer with them) while the process
-        # group is still registered, as `_end_training` does before destroying it.
+        # group is still registered, as `end_training` does before destroying it.
         accelerator.free_memory()
         gc.collect()
     if accelerator is not None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from tests.e2e.cli_runner import executable
 from tests.support.two_step_update import (
@@ -42,6 +43,7 @@ SCENARIOS = (
     "gradient-grpo",
     "gradient-bnpo",
     "collective_reward",
+    "unscored_on_one_process",
     "tools-feedback",
     "tools-retry",
     "fsdp2",
@@ -286,6 +288,30 @@ def test_a_process_without_kept_rows_still_calls_a_collective_reward_function(ra
         for reward, text in zip(batch["rewards"][:8], batch["texts"], strict=True):
             assert reward == pytest.approx(int(text[-1]) + 0.08)
         assert all(reward != reward for reward in batch["rewards"][8:])  # dropped rows are unscorable (NaN)
+
+
+def test_rows_a_reward_function_could_not_score_on_one_process_leave_the_update_on_both(ranks_of):
+    # Scoring fails on process 1 only: both processes leave the same rows out (I3 / I7), the straddling group keeps
+    # its two scored rows with their own baseline, no unscored row gets a reward or an advantage, and the gradient is
+    # stock TRL's on process 0's rows alone (I6).
+    rank0, rank1 = ranks_of("unscored_on_one_process")
+    assert (rank0["calls"], rank1["calls"]) == (1, 2)  # process 1's call was retried once, then left unscored
+    (batch0,) = rank0["batches"]
+    (batch1,) = rank1["batches"]
+    assert batch0["global_keep"] == batch1["global_keep"] == [True] * 6 + [False] * 6
+    assert batch0["keep"] == [True] * 6 and batch1["keep"] == [False] * 6
+    assert batch0["rewards"] == batch1["rewards"]
+    rewards = batch0["rewards"]
+    assert all(r is not None for r in rewards[:6]) and all(r is None for r in rewards[6:])  # never a made-up 0
+    scored = torch.tensor(rewards[4:6])  # the straddling group's baseline is over its scored rows only
+    expected = (scored - scored.mean()) / (scored.std() + 1e-4)
+    assert batch0["advantages"][4:6] == pytest.approx(expected.tolist(), abs=1e-5)
+    assert batch1["advantages"] == [0.0] * 6
+    assert rank0["logs"][0] == rank1["logs"][0]
+    assert rank0["logs"][0]["scoring/unscored_rows"] == 6.0
+    assert rank0["logs"][0]["scoring/remote_digit/failed"] == 1.0
+    assert rank0["logs"][0]["scoring/remote_digit/retried"] == 1.0
+    assert rank0["relative_error"] <= 1e-6, rank0
 
 
 @pytest.mark.parametrize("policy", ["feedback", "retry"])

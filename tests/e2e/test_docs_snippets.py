@@ -14,6 +14,7 @@ import pytest
 
 from maxent_grpo.training.generation import helpers
 from maxent_grpo.training.generation.step import WEIGHT_STAT_KEYS
+from maxent_grpo.training.reward_scoring.ledger import FUNCTION_COUNTERS
 from tests.e2e.cli_runner import ROOT, offline_env, run_cli
 from tests.support.doc_snippets import command_lines, snippet
 
@@ -60,6 +61,19 @@ def test_own_reward_function_of_the_docs_trains(tmp_path):
 
 
 @pytest.mark.slow
+def test_reward_timeout_command_of_the_docs_trains(tmp_path):
+    (tmp_path / "my_rewards.py").write_text(
+        "def judge(completions, **kwargs):\n    return [float(len(set(text))) for text in completions]\n"
+    )
+    (tmp_path / "configs").symlink_to(ROOT / "configs")
+    [command] = command_lines(snippet(DOCS / "guide" / "reward-functions.md", "cli-reward-timeout"))
+    args = [*_maxent_grpo_args(command), "--max_steps", "1", "--logging_steps", "1", "--output_dir", "out"]
+    result = run_cli(args, offline_env(tmp_path), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"scoring/judge/timed_out=0", result.stderr), result.stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_backend_example_of_the_docs_retries_the_completions_it_loses(tmp_path):
     script = tmp_path / "custom_backend.py"
     script.write_text(snippet(DOCS / "guide" / "backends.md", "custom-backend"))
@@ -73,14 +87,16 @@ def test_backend_example_of_the_docs_retries_the_completions_it_loses(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- the metrics glossary
-_METRIC_FAMILIES = ("generation", "maxent", "tools", "dynamic_sampling", "completions", "sampling")
+_METRIC_FAMILIES = ("generation", "maxent", "tools", "dynamic_sampling", "completions", "sampling", "scoring")
 
 
 def _logged_keys() -> set[str]:
     """Every metric key written as a string literal in the package, plus the backend weight counters it logs as
-    ``generation/<key>`` (`WEIGHT_STAT_KEYS`)."""
+    ``generation/<key>`` (`WEIGHT_STAT_KEYS`) and the reward functions' counters it logs as ``scoring/<name>/<key>``
+    (`FUNCTION_COUNTERS`)."""
     pattern = re.compile(rf"^({'|'.join(_METRIC_FAMILIES)})/[a-z_]+(/[a-z_]+)*$")
     keys = {f"generation/{key}" for key in WEIGHT_STAT_KEYS}
+    keys |= {f"scoring/<name>/{key}" for key in FUNCTION_COUNTERS}
     for path in (ROOT / "src" / "maxent_grpo").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and pattern.match(node.value):
@@ -91,6 +107,7 @@ def _logged_keys() -> set[str]:
 def test_metrics_glossary_lists_every_key_the_package_logs():
     keys = _logged_keys()
     assert {"generation/dropped_prompts", "maxent/tau", "dynamic_sampling/rounds", "tools/failed_episodes"} <= keys
+    assert {"scoring/unscored_rows", "scoring/<name>/failed"} <= keys
     glossary = (DOCS / "metrics.md").read_text(encoding="utf-8")
     missing = sorted(key for key in keys if f"`{key}`" not in glossary)
     assert not missing, f"docs/metrics.md does not describe {missing}"

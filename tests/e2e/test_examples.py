@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 
@@ -56,3 +57,22 @@ def test_readme_quickstart_shows_the_reward_rising_without_upstream_warnings(tmp
     first, last = map(float, match.groups())
     assert first < 0.3 and last > 0.7, (first, last)
     assert "Warning" not in result.stderr, result.stderr[-4000:]
+
+
+def test_remote_reward_example_trains_against_its_service(tmp_path):
+    script = str(ROOT / "examples" / "remote_reward.py")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    service = subprocess.Popen(
+        [sys.executable, script, "serve", "--port", str(port)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert service.stdout.readline() == f"scoring service on http://127.0.0.1:{port}\n"
+        command = [sys.executable, script, "train", "--url", f"http://127.0.0.1:{port}", "--max-steps", "2"]
+        result = run(command, offline_env(tmp_path))
+    finally:
+        service.kill()
+        service.wait()
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert result.stdout.strip().splitlines()[-1] == "2 steps; rows left unscored: 0"

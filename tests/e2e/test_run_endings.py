@@ -6,11 +6,20 @@ import json
 import os
 import resource
 import signal
+import subprocess
+import time
 
 import pytest
 
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
-from tests.e2e.cli_runner import DEMO_RECIPE, executable, interrupt_after_checkpoint, offline_env, run_cli
+from tests.e2e.cli_runner import (
+    DEMO_RECIPE,
+    executable,
+    interrupt_after_checkpoint,
+    offline_env,
+    run_cli,
+    terminal_signals,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -134,3 +143,79 @@ def test_read_only_output_dir_is_refused_before_training(tmp_path):
     assert result.stderr.strip() == (
         f"maxent-grpo train: error: cannot write to output_dir '{output_dir}': Permission denied"
     )
+
+
+FAILING_REWARDS = """
+def unreachable_judge(completions, **kwargs):
+    raise ConnectionRefusedError("the judge at 127.0.0.1:9 refused the connection")
+
+
+def broken_reward(completions, **kwargs):
+    return [len(completion) / None for completion in completions]
+"""
+
+
+@pytest.mark.parametrize(
+    ("reward", "code", "expected"),
+    [
+        (
+            "unreachable_judge",
+            1,
+            "reward function unreachable_judge failed on every call in 3 consecutive batches "
+            "(reward_max_consecutive_failed_batches=3); last error: ConnectionRefusedError: the judge at 127.0.0.1:9 "
+            "refused the connection",
+        ),
+        (
+            "broken_reward",
+            2,
+            "reward function broken_reward raised TypeError: unsupported operand type(s) for /: 'int' and 'NoneType'",
+        ),
+    ],
+    ids=["scorer-gone", "bug-in-the-function"],
+)
+def test_a_reward_function_that_keeps_failing_or_is_broken_ends_the_run_with_one_line(
+    reward, code, expected, tmp_path
+):
+    (tmp_path / "my_rewards.py").write_text(FAILING_REWARDS)
+    args = ["--max_steps", "5", "--reward_funcs", f"my_rewards.{reward}", "--reward_retries", "1"]
+    result = run_cli([*TRAIN, *args], offline_env(tmp_path), cwd=tmp_path)
+    assert result.returncode == code, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == f"maxent-grpo train: error: {expected}", result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert "Model saved" not in result.stdout
+
+
+HANGING_JUDGE = """
+import time
+
+
+def hanging_judge(completions, **kwargs):
+    with open("calls.txt", "a") as calls:
+        calls.write("call\\n")
+    time.sleep(600)
+"""
+
+
+def test_ctrl_c_while_a_hanging_reward_call_is_retried_ends_the_run_at_once(tmp_path):
+    # Every attempt hangs past reward_timeout and is retried; Ctrl-C during the retries ends the run as any Ctrl-C
+    # does (exit 130, one line), at once: the attempts left running in their threads do not keep the process alive.
+    (tmp_path / "my_rewards.py").write_text(HANGING_JUDGE)
+    args = ["--max_steps", "5", "--reward_funcs", "my_rewards.hanging_judge", "--reward_timeout", "1"]
+    args += ["--reward_retries", "50", "--output_dir", str(tmp_path / "run")]
+    process = subprocess.Popen(
+        [executable("maxent-grpo"), *TRAIN, *args], cwd=tmp_path, env=offline_env(tmp_path), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, preexec_fn=terminal_signals,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        calls = tmp_path / "calls.txt"
+        while not (calls.exists() and len(calls.read_text().splitlines()) >= 2):  # the first retry has started
+            assert process.poll() is None and time.monotonic() < deadline, "the reward function was never retried"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)  # the hanging attempts (600 s each) are not waited for
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1].startswith("maxent-grpo train: interrupted"), stderr[-3000:]
+    assert "Traceback" not in stderr

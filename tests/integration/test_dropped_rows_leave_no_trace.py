@@ -2,9 +2,11 @@
 
 The matrix: every TRL 1.16 `loss_type` x the optimizer-window layout (steps_per_generation below, equal to and above
 gradient_accumulation_steps) x TRL's entropy bonus (off, on) x {no drop, partial drop, one generation batch of the
-window fully dropped, the whole window dropped} (and the listwise objective with policy mode probabilities over drops
-and layouts). The tiny model really trains through `MaxEntGRPOTrainer`. Every micro-batch of each optimizer window
-(placeholder rows included) is recorded, with the gradient and the parameters around each optimizer step.
+window fully dropped, the whole window dropped, and the same two through scoring: rows the reward function could not
+score after its retries, which leave as dropped rows do} (and the listwise objective with policy mode probabilities
+over drops and layouts). The tiny model really trains through `MaxEntGRPOTrainer`. Every micro-batch of each
+optimizer window (placeholder rows included) is recorded, with the gradient and the parameters around each optimizer
+step.
 
 The reference is stock TRL's `GRPOTrainer._compute_loss` on the same micro-batches with the dropped rows physically
 removed, on a copy of the weights, with the micro-batches that hold nothing left out of TRL's averages: for the
@@ -45,6 +47,7 @@ from trl import GRPOTrainer
 
 from maxent_grpo import Completion, MaxEntGRPOTrainer
 from maxent_grpo.training.empty_batches import NoUsableGenerationError
+from maxent_grpo.training.kept_rows import ROW_KEEP_KEY
 from maxent_grpo.training.optimizer_window import WindowPlanner
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import letter_dataset, tiny_config, tiny_model_and_tokenizer
@@ -62,6 +65,22 @@ NUM_PROMPTS = 16
 def digit_reward(completions, **kwargs):
     """Varies within a group (the tagged backend numbers its completions), so advantages are not all zero."""
     return [float(completion[-1]) for completion in completions]
+
+
+class UnreachableScorer:
+    """`digit_reward`, except that its calls numbered in ``failing`` (0, 1, ...) raise `ConnectionError`: with
+    ``reward_retries=0`` the rows of those scorings are unscored."""
+
+    __name__ = "digit_reward"
+
+    def __init__(self, failing: frozenset[int]) -> None:
+        self.failing, self.calls = failing, 0
+
+    def __call__(self, completions, **kwargs):
+        self.calls += 1
+        if self.calls - 1 in self.failing:
+            raise ConnectionError("the scorer is unreachable")
+        return digit_reward(completions)
 
 
 class RecordingTrainer(MaxEntGRPOTrainer):
@@ -122,6 +141,8 @@ DROPS = {
     "partial": {"empty_positions": frozenset({1, 2, 5})},
     "generation": {"empty_calls": frozenset({1})},
     "full": {"dropped": frozenset(PROMPTS)},
+    "unscored": {"failing_scorings": frozenset({1})},
+    "unscored_full": {"failing_scorings": frozenset(range(8))},
 }
 #: (steps_per_generation, gradient_accumulation_steps): below, equal to and above.
 LAYOUTS = {"spg_below_ga": (1, 2), "spg_equals_ga": (2, 2), "spg_above_ga": (4, 2)}
@@ -140,6 +161,7 @@ def _build(
     dropped=frozenset(),
     empty_positions=frozenset(),
     empty_calls=frozenset(),
+    failing_scorings=frozenset(),
     max_steps=1,
     model_path=None,
     backend_class=TaggedBackend,
@@ -160,11 +182,12 @@ def _build(
         "generation_max_consecutive_empty_batches": 100,
         "max_grad_norm": 0.0,  # no clipping: the comparison is of raw gradients
         "learning_rate": 1e-3,
+        "reward_retries": 0,
     }
     overrides.update(extra)
     return RecordingTrainer(
         model=model,
-        reward_funcs=digit_reward,
+        reward_funcs=UnreachableScorer(failing_scorings) if failing_scorings else digit_reward,
         args=tiny_config(tmp_path, **overrides),
         train_dataset=letter_dataset(NUM_PROMPTS),
         processing_class=tokenizer,
@@ -177,17 +200,22 @@ def _train(tmp_path, *, dropped=frozenset(), **settings) -> RecordingTrainer:
     if dropped == DROPS["full"]["dropped"]:  # nothing to train on: the run says so once it ends
         with pytest.raises(NoUsableGenerationError):
             trainer.train()
+    elif settings.get("failing_scorings") == DROPS["unscored_full"]["failing_scorings"]:  # nor here
+        with pytest.raises(NoUsableGenerationError, match="no reward function could score their rows"):
+            trainer.train()
     else:
         trainer.train()
     return trainer
 
 
 def _keep(micro_batch):
-    """Kept rows, told apart as TRL sees them: a dropped row's tool mask starts with 0 (no mask: all rows are kept)."""
+    """Kept rows, told apart as TRL sees them: a dropped row's tool mask starts with 0 (no mask: all rows are kept); a
+    row that scoring left out is a real completion, marked only in the trainer's keep column."""
     tool_mask = micro_batch.get("tool_mask")
-    if tool_mask is None:
-        return torch.ones(micro_batch["completion_ids"].shape[0], dtype=torch.bool)
-    return tool_mask[:, 0] > 0
+    keep = torch.ones(micro_batch["completion_ids"].shape[0], dtype=torch.bool)
+    if tool_mask is not None:
+        keep &= tool_mask[:, 0] > 0
+    return keep & micro_batch[ROW_KEEP_KEY]
 
 
 def _kept_only(micro_batch):
@@ -359,8 +387,14 @@ def test_a_reconfigured_trainer_is_one_built_for_its_cell(tmp_path: Path) -> Non
         assert _settings(reconfigured) == target, (loss_type, entropy_coef)
 
 
-#: Every (layout, drop): a dropped second generation call is the window's second generation batch only below.
-MATRIX = [(layout, drop) for layout in LAYOUTS for drop in DROPS if drop != "generation" or layout == "spg_below_ga"]
+#: Every (layout, drop): a dropped second generation call (or second scoring) is the window's second generation batch
+#: only below.
+MATRIX = [
+    (layout, drop)
+    for layout in LAYOUTS
+    for drop in DROPS
+    if drop not in ("generation", "unscored") or layout == "spg_below_ga"
+]
 #: The (loss type, entropy coefficient) cell each (layout, drop) trains for real; its other cells replay that window.
 #: Every loss type and both entropy settings train for real somewhere.
 TRAINED_AS = {
@@ -374,6 +408,10 @@ TRAINED_AS = {
     ("spg_above_ga", "none"): ("cispo", 0.0),
     ("spg_above_ga", "partial"): ("luspo", 0.01),
     ("spg_above_ga", "full"): ("grpo", 0.01),
+    ("spg_below_ga", "unscored"): ("cispo", 0.01),
+    ("spg_below_ga", "unscored_full"): ("bnpo", 0.01),
+    ("spg_equals_ga", "unscored_full"): ("dapo", 0.0),
+    ("spg_above_ga", "unscored_full"): ("sapo", 0.0),
 }
 
 
@@ -404,7 +442,15 @@ def test_update_equals_that_of_the_kept_rows_alone(shared_training, loss_type, l
         "partial": whole.any() and not whole.all(),
         "generation": emptied == [False, True],
         "full": not whole.any(),
+        "unscored": emptied == [False, True],
+        "unscored_full": not whole.any(),
     }[drop]
+    if drop.startswith("unscored"):  # real completions (no placeholder), left out by scoring only
+        for micro_batch, kept in zip(window["micro_batches"], keep, strict=True):
+            assert micro_batch.get("tool_mask") is None  # no row was dropped by generation
+            assert bool((micro_batch["advantages"][~kept] == 0).all())
+            if layout == "spg_below_ga":  # one micro-batch per generation batch: TRL's token count of kept rows only
+                assert int(micro_batch["num_items_in_batch"]) == int(micro_batch["completion_mask"][kept].sum())
     gradient_error, update_error = _check_window(trainer, window)
     assert gradient_error <= 1e-6 and update_error <= 1e-6, (gradient_error, update_error)
     for entry in log_history:

@@ -42,12 +42,12 @@ def _dataset(constant: int, varying: int) -> Dataset:
     return Dataset.from_dict({"prompt": prompts, "answer": [p.rstrip(":") for p in prompts]})
 
 
-def _trainer(tmp_path, dataset, backend=None, **overrides):
+def _trainer(tmp_path, dataset, backend=None, reward=None, **overrides):
     model, tokenizer = tiny_model_and_tokenizer()
     args = tiny_config(tmp_path, per_device_train_batch_size=8, num_generations=4, dynamic_sampling=True, **overrides)
     trainer = RewardRecorder(
         model=model,
-        reward_funcs=HalfConstantReward(),
+        reward_funcs=reward or HalfConstantReward(),
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
@@ -209,3 +209,31 @@ def test_logged_metrics_describe_the_trained_rows_only(tmp_path):
     assert sum(_logged(trainer, "dynamic_sampling/rounds")) > 0  # groups were refilled
     expected = [sum(p.startswith("v") for p in prompts) / len(prompts) for prompts in trainer.trained_prompts]
     assert _logged(trainer, "varying_share") == pytest.approx(expected)
+
+
+class FailsFirstCall(HalfConstantReward):
+    """`HalfConstantReward`, except that its first call raises `ConnectionError` (``reward_retries=0``)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, **kwargs):
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("the scorer is unreachable")
+        return super().__call__(**kwargs)
+
+
+def test_groups_a_failed_call_left_unscored_are_refilled_and_scored(tmp_path):
+    # The first scoring of the step fails: its rows have no reward, so their groups have no signal and are refilled
+    # like any other; the rows that train were all scored by a later round, and none is left out.
+    failing = FailsFirstCall()
+    backend = TaggedBackend(tiny_model_and_tokenizer()[1])
+    trainer = _trainer(tmp_path, _dataset(0, 16), backend=backend, reward=failing, max_steps=1, reward_retries=0)
+    trainer.train()
+    (rewards,) = trainer.trained_rewards
+    assert failing.calls >= 2
+    assert not torch.isnan(rewards).any()
+    assert _logged(trainer, "scoring/half_constant/failed") == [1.0]
+    assert _logged(trainer, "scoring/unscored_rows") == [0.0]
+    assert _logged(trainer, "dynamic_sampling/filtered_groups") == [2.0]

@@ -4,7 +4,9 @@ A batch in which every group was dropped makes no parameter update. After
 ``generation_max_consecutive_empty_batches`` such training batches in a row the run stops with
 `NoUsableGenerationError` instead of training on nothing; a run that ends with every batch dropped, or before a single
 generation batch, raises it too (fewer empty batches than the limit do not stop a run, so a short run could otherwise
-end normally, and save, without one update).
+end normally, and save, without one update). A batch whose rows all left at scoring (no reward function could score
+them, `training.reward_scoring`) made no update either and counts as kept nothing for that end-of-run check; the
+streak of such batches is `reward_max_consecutive_failed_batches`'s.
 """
 
 from __future__ import annotations
@@ -27,11 +29,18 @@ class EmptyBatchGuard:
         self.consecutive = 0
         self.generated = 0
         self.kept = 0
+        self.unscored = 0
 
     def start_run(self) -> None:
         """Forget the batches of an earlier `train` call (the consecutive count goes on: it follows the data)."""
         self.generated = 0
         self.kept = 0
+        self.unscored = 0
+
+    def record_unscored(self) -> None:
+        """The last training batch kept rows at generation but lost every one of them at scoring."""
+        self.kept -= 1
+        self.unscored += 1
 
     def record(self, *, training: bool, kept_any: bool, num_groups: int, reasons: Sequence[str]) -> None:
         """Count one generation batch; warn when it kept nothing; raise once too many training batches in a row did."""
@@ -66,9 +75,15 @@ class EmptyBatchGuard:
     def check_run_end(self, global_step: int, max_steps: int) -> None:
         """Raise `NoUsableGenerationError` when the `train` call that just ended never trained on anything."""
         if self.generated and not self.kept:
+            what = "dropped (no prompt group came back complete after retries)"
+            if self.unscored:
+                what = (
+                    f"dropped or left unscored ({self.unscored} of them: no reward function could score their rows "
+                    "after retries)"
+                )
             raise NoUsableGenerationError(
-                f"every one of the {self.generated} generation batches of this run was dropped (no prompt group came "
-                "back complete after retries), so no parameter was updated; the warnings above name the causes"
+                f"every one of the {self.generated} generation batches of this run was {what}, so no parameter was "
+                "updated; the warnings above name the causes"
             )
         if not self.generated and global_step < max_steps:
             raise NoUsableGenerationError(

@@ -59,7 +59,7 @@ def restrict_zero_std_fraction(
     rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
     rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
     std = nanstd(rewards.view(-1, group_size), dim=1)
-    group_kept = global_keep.view(-1, group_size).all(dim=1).to(std.device)
+    group_kept = global_keep.view(-1, group_size).any(dim=1).to(std.device)  # a partly unscored group counts
     zero = torch.isclose(std, torch.zeros_like(std))[group_kept]
     metrics["frac_reward_zero_std"][-1] = zero.float().mean().item()
 

@@ -155,14 +155,16 @@ def _run(trainer: MaxEntGRPOTrainer, config: MaxEntGRPOConfig) -> None:
     from maxent_grpo.training.empty_batches import NoUsableGenerationError
     from maxent_grpo.training.generation.contract.protocol import GenerationStopped
     from maxent_grpo.training.reward_contract import RewardContractError
+    from maxent_grpo.training.reward_scoring.errors import RewardFunctionError, RewardFunctionGone
 
     try:
         trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     except KeyboardInterrupt as error:
         raise Interrupted(interrupted_message(config.output_dir)) from error
-    except (NoUsableGenerationError, GenerationStopped) as error:
+    except (NoUsableGenerationError, GenerationStopped, RewardFunctionGone) as error:
         raise TrainingFailed(str(error)) from error
-    except RewardContractError as error:  # the user's reward function is input the run cannot use
+    # The user's reward function is input the run cannot use (a broken return, an error no retry would fix).
+    except (RewardContractError, RewardFunctionError) as error:
         raise UsageError(str(error)) from error
     except SaveError as error:
         raise UsageError(str(error)) from error

@@ -25,7 +25,8 @@ class GenerationBatchState:
       scores), so the reward functions see those rows only;
     - `_generate` replaces it with what the step decided (both keep masks, texts and, with dynamic sampling, the
       final rows' rewards);
-    - `_calculate_rewards` replaces it with the rewards it scored (`with_rewards`).
+    - `_calculate_rewards` replaces it with the rewards it scored, and both keep masks less the rows its reward
+      functions could not score (`scored`, `training.reward_scoring`).
 
     Attributes:
         inputs: the batch's dataset rows [B], as `_generate_and_score_completions` received them. Read by `_generate`
@@ -56,6 +57,12 @@ class GenerationBatchState:
         """Whether the step dropped a row on some process (False while nothing is decided)."""
         return self.global_keep is not None and not bool(self.global_keep.all())
 
-    def with_rewards(self, rewards_per_func: torch.Tensor) -> GenerationBatchState:
-        """This state with the batch's rewards [N, F] recorded."""
-        return dataclasses.replace(self, rewards_per_func=rewards_per_func)
+    def scored(
+        self, rewards_per_func: torch.Tensor, global_keep: torch.Tensor, process_index: int
+    ) -> GenerationBatchState:
+        """This state with the batch's rewards [N, F] recorded and the rows of every process that stay kept [N]
+        (this process's ``keep`` its slice of them: process ``process_index`` holds ``len(keep)`` rows)."""
+        assert self.keep is not None
+        start = process_index * len(self.keep)
+        keep = global_keep[start : start + len(self.keep)].tolist()
+        return dataclasses.replace(self, keep=keep, global_keep=global_keep, rewards_per_func=rewards_per_func)

@@ -1,4 +1,4 @@
-"""`GenerationBatchState`: whether a batch dropped rows, and recording its rewards without changing the state."""
+"""`GenerationBatchState`: whether a batch dropped rows, and recording its scoring without changing the state."""
 
 import torch
 
@@ -18,10 +18,12 @@ def test_dropped_any_reads_every_process_keep_mask():
     assert dropped.dropped_any  # only another process's rows were dropped
 
 
-def test_with_rewards_returns_a_new_state_and_leaves_the_old_one():
-    inputs = [{"prompt": "p"}]
-    state = GenerationBatchState(inputs, keep=[True], global_keep=torch.tensor([True]), texts=["a"])
-    rewards = torch.tensor([[1.0]])
-    scored = state.with_rewards(rewards)
+def test_scored_returns_a_new_state_with_the_rewards_and_this_process_slice_of_the_keep_mask():
+    inputs = [{"prompt": "p"}, {"prompt": "q"}]
+    state = GenerationBatchState(inputs, keep=[True, True], global_keep=torch.ones(4, dtype=torch.bool), texts=["a"])
+    rewards = torch.tensor([[1.0], [2.0], [3.0], [float("nan")]])
+    scored = state.scored(rewards, torch.tensor([True, True, True, False]), process_index=1)
     assert scored.rewards_per_func is rewards and state.rewards_per_func is None
-    assert scored.inputs is inputs and scored.keep == [True] and scored.texts == ["a"]
+    assert scored.keep == [True, False] and state.keep == [True, True]
+    assert scored.global_keep.tolist() == [True, True, True, False] and scored.dropped_any
+    assert scored.inputs is inputs and scored.texts == ["a"]
