@@ -69,7 +69,7 @@ nitpick_ignore_regex = [
     # the HTTP transport's answer type.
     (
         r"py:class",
-        r"AnyProcess|maxent_grpo\.training\.generation\.(rows\.GeneratedRows|backends\.http_deadline\.Answer)",
+        r"AnyProcess|maxent_grpo\.training\.generation\.rows\.GeneratedRows",
     ),
 ]
 # Where an annotation is a string autodoc cannot evaluate, these short names still link to this package's objects.

@@ -1,5 +1,5 @@
 """A backend of your own, through the trainer: a capability of the wrong shape is refused when the trainer is built,
-one it declares is used (`backends.capabilities`)."""
+one it declares is used (`contract.capabilities`)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ until `maxent_grpo.serving.routes` decides it.
 from __future__ import annotations
 
 import os
+import re
 import typing
 from pathlib import Path
 
@@ -35,10 +36,30 @@ def registered_routes(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     return {route.path for route in app.routes}
 
 
-def test_every_route_vllm_registers_is_decided_and_the_trainers_routes_exist(monkeypatch):
+#: A route path as vLLM's API routers declare it (``@router.post("/path")``, ``add_api_route("/path", ...)``, ...).
+DECLARED = re.compile(
+    r"\.(?:get|post|put|delete|patch|api_route|websocket|add_api_route|add_websocket_route|mount)\(\s*\"(/[^\"]*)\""
+)
+
+
+def declared_routes() -> set[str]:
+    """Every route path declared in vLLM's API server code, the routes behind other flags (profiling, LoRA loading,
+    pooling models, ...) included."""
+    import vllm
+
+    sources = (Path(vllm.__file__).parent / "entrypoints").rglob("*.py")
+    return {path for source in sources for path in DECLARED.findall(source.read_text())}
+
+
+def test_every_route_vllm_registers_or_declares_is_decided_and_the_trainers_routes_exist(monkeypatch):
     registered = registered_routes(monkeypatch)
     decided = routes.TRAINER_ROUTES | routes.SERVED_ROUTES | routes.REFUSED_ROUTES
     assert sorted(registered - decided) == [], "routes no allowlist decision covers: add each to serving/routes.py"
+    declared = declared_routes()
+    assert (
+        len(declared) > 50 and registered - {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"} <= declared
+    )
+    assert sorted(declared - decided) == [], "routes no allowlist decision covers: add each to serving/routes.py"
     assert sorted(routes.TRAINER_ROUTES - registered) == []  # the names the client uses are vLLM's
     assert {"/sleep", "/wake_up", "/pause", "/collective_rpc"} <= registered
 

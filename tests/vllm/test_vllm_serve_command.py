@@ -6,7 +6,7 @@ the trainer uses refuses a request without the key, the reload extension refuses
 the trainer, given the key, pushes and trains.
 
 Ctrl-C comes once the server is ready and has been trained against. SIGTERM (a job scheduler, ``kill``), SIGHUP (the
-terminal or ssh session closed) and SIGKILL (nothing the command can handle: the watchdog, `server_watchdog`, ends
+terminal or ssh session closed) and SIGKILL (nothing the command can handle: the watchdog, `serving.watchdog`, ends
 the server) come while the server is still starting (its engine process runs, it is not ready yet), three commands
 at once: the command turns SIGTERM and SIGHUP into the same interruption as Ctrl-C (its handlers are installed
 before it starts the server), so what differs is the signal's handling, and a server cut off mid-start-up must go

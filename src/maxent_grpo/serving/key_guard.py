@@ -19,7 +19,9 @@ sleep or wake the engine and run any worker method. `ServerKeyGuard`, added to t
    judged like every other request.
 
 The allowlist is read when the server builds its middleware: ``MAXENT_GRPO_ALLOWED_ROUTES`` (set by
-``maxent-grpo vllm-serve --allow-route``) opens refused routes by name. This module runs inside the server's API
+``maxent-grpo vllm-serve --allow-route``) opens refused routes by name. The key is read from ``VLLM_API_KEY`` only: a
+plain ``vllm serve --api-key KEY`` keeps its key to vLLM's own ``/v1`` check, so give the guard the key through
+``VLLM_API_KEY`` (``maxent-grpo vllm-serve --api-key`` does). This module runs inside the server's API
 process; it imports nothing of the trainer, nor of vLLM.
 """
 
@@ -167,7 +169,7 @@ class ServerKeyGuard:
         body = b"".join(chunks)
         try:
             requested = json.loads(body).get("method")
-        except (ValueError, AttributeError):  # not JSON, or not an object
+        except (ValueError, AttributeError, RecursionError):  # not JSON, not an object, or nested past the parser
             requested = None
         if not isinstance(requested, str) or requested not in routes.RPC_METHODS:
             await _answer(send, 403, routes.rpc_refusal(requested))

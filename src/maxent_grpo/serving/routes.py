@@ -13,8 +13,9 @@ The server's middleware (`key_guard.ServerKeyGuard`) lets a request reach vLLM o
 - a route of `REFUSED_ROUTES` only where the server was started with ``--allow-route`` naming it.
 
 Every other route, and every route vLLM adds in a later release until it is named here, is answered 403
-(`refusal`). A unit test lists every route vLLM registers under dev mode and fails when one is in neither
-`TRAINER_ROUTES`, `SERVED_ROUTES` nor `REFUSED_ROUTES`, so that an upgrade cannot open a route silently.
+(`refusal`). A test of the vllm tier lists every route vLLM's app registers under dev mode, and every route path its
+API routers declare (those behind other flags too), and fails when one is in neither `TRAINER_ROUTES`,
+`SERVED_ROUTES` nor `REFUSED_ROUTES`, so that an upgrade cannot open a route silently.
 
 This module imports only the standard library.
 """
@@ -90,6 +91,20 @@ SERVED_ROUTES = frozenset(
         "/v1/realtime",
         "/generative_scoring",
         "/inference/v1/generate",
+        "/cohere/v2/chat",
+        "/cohere/v2/chat/render",
+        "/tokenizer_info",
+        "/ready",
+        "/readyz",
+        "/v1/embeddings",
+        "/v2/embed",
+        "/pooling",
+        "/classify",
+        "/score",
+        "/v1/score",
+        "/rerank",
+        "/v1/rerank",
+        "/v2/rerank",
     }
 )
 
@@ -110,6 +125,13 @@ REFUSED_ROUTES = frozenset(
         "/start_draft_weight_update",
         "/scale_elastic_ep",
         "/is_scaling_elastic_ep",
+        "/start_profile",
+        "/stop_profile",
+        "/v1/load_lora_adapter",
+        "/v1/unload_lora_adapter",
+        "/fault_tolerance/apply",
+        "/fault_tolerance/status",
+        "/static",
     }
 )
 

@@ -22,7 +22,7 @@ PREFLIGHT = {"Origin": "http://example.test", "Access-Control-Request-Method": "
 
 
 def http(path: str, method: str = "GET", headers: dict[str, str] | None = None) -> dict:
-    encoded = [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
+    encoded = [(name.encode(), value.encode()) for name, value in (headers or {}).items()]  # as sent: any case
     return {"type": "http", "method": method, "path": path, "headers": encoded}
 
 

@@ -42,3 +42,15 @@ def test_the_extensions_former_path_loads_the_same_class_and_the_reload_method_i
     assert EXTENSION_QUALNAME == "maxent_grpo.serving.reload_extension.DiskReloadExtension"
     assert callable(getattr(DiskReloadExtension, routes.RELOAD_METHOD))
     assert {routes.RELOAD_METHOD} == routes.RPC_METHODS
+
+
+def test_the_former_paths_of_the_protocol_capabilities_and_guard_are_the_same_objects():
+    from maxent_grpo.serving import key_guard
+    from maxent_grpo.training.generation.backends import capabilities as old_capabilities
+    from maxent_grpo.training.generation.backends import protocol as old_protocol
+    from maxent_grpo.training.generation.backends import server_key_guard as old_guard
+    from maxent_grpo.training.generation.contract import capabilities, protocol
+
+    assert old_protocol.GenerationStopped is protocol.GenerationStopped
+    assert old_capabilities.SupportsWeightSync is capabilities.SupportsWeightSync
+    assert old_guard.ServerKeyGuard is key_guard.ServerKeyGuard

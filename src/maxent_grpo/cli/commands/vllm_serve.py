@@ -49,7 +49,7 @@ import requests
 
 from maxent_grpo.cli.command_errors import TrainingFailed
 from maxent_grpo.cli.usage_error import PROG, UsageErrorParser
-from maxent_grpo.serving import routes
+from maxent_grpo.serving import routes, watchdog
 from maxent_grpo.serving.key_guard import (
     KEY_VARIABLE,
     MIDDLEWARE_QUALNAME,
@@ -60,7 +60,7 @@ from maxent_grpo.serving.reload_extension import EXTENSION_QUALNAME, WEIGHTS_ROO
 WEIGHT_TRANSFERS = ("disk", "nccl")
 _POLL_SECONDS = 1.0
 _GRACE_SECONDS = 30.0
-_WATCHDOG = Path(__file__).parents[1] / "serving" / "watchdog.py"
+_WATCHDOG = Path(watchdog.__file__)
 _ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # ended like Ctrl-C
 _TCP_LISTEN = "0A"  # the state column of /proc/net/tcp
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -97,6 +97,9 @@ def serve_environment(
     environment = {**base, "VLLM_SERVER_DEV_MODE": "1"} if weight_transfer is not None else dict(base)
     if api_key:
         environment[KEY_VARIABLE] = api_key
+    # The root and the opened routes come from this command's flags only, never from the caller's environment.
+    environment.pop(WEIGHTS_ROOT_VARIABLE, None)
+    environment.pop(routes.ALLOWED_ROUTES_VARIABLE, None)
     if weights_root is not None:
         environment[WEIGHTS_ROOT_VARIABLE] = str(Path(weights_root).resolve())
     if allowed_routes:

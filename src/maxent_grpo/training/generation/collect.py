@@ -46,7 +46,7 @@ from maxent_grpo.training.generation.helpers import (
 logger = logging.getLogger(__name__)
 
 #: ``reject(completion)``: why the completion is unusable, or None when it is fine (what
-#: `backends.completion_check.CompletionCheck` computes; any such callable will do here).
+#: `contract.completion_check.CompletionCheck` computes; any such callable will do here).
 CompletionFilter = Callable[[Completion], str | None]
 
 #: ``any_process(flag)``: True when ``flag`` is True on any process (a collective; identity on one process).

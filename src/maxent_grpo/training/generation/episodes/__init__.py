@@ -6,8 +6,10 @@
 - `environments`: the per-slot environment pool (``reset`` per episode, the environment's methods as tools);
 - `bounded_call`: the time limit on one tool or environment call;
 - `failure`: `EpisodeFailed`, why an episode cannot count;
-- `trace`: `EpisodeTrace`, what a finished episode leaves for reward functions and metrics;
 - `trainer_setup`: the episodes' settings and environment pool, read from what TRL's ``GRPOTrainer.__init__``
   prepared;
 - `metrics`: the step's tool metrics and failed episodes by cause.
+
+What a finished episode leaves for reward functions and metrics, `EpisodeTrace`, is part of the backend contract
+(`contract.episode_trace`).
 """

@@ -1,5 +1,5 @@
 """Optional backend capabilities: recognised by `isinstance` when defined, and refused with one clear error when
-defined in a shape the trainer cannot use (`backends.capabilities`)."""
+defined in a shape the trainer cannot use (`contract.capabilities`)."""
 
 from __future__ import annotations
 
