@@ -56,7 +56,7 @@ def test_every_route_vllm_registers_or_declares_is_decided_and_the_trainers_rout
     decided = routes.TRAINER_ROUTES | routes.SERVED_ROUTES | routes.REFUSED_ROUTES
     assert sorted(registered - decided) == [], "routes no allowlist decision covers: add each to serving/routes.py"
     declared = declared_routes()
-    added_by_libraries = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/metrics"}  # FastAPI, Prometheus
+    added_by_libraries = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/metrics"}  # FastAPI, metrics
     assert len(declared) > 50 and registered - added_by_libraries <= declared
     assert sorted(declared - decided) == [], "routes no allowlist decision covers: add each to serving/routes.py"
     assert sorted(routes.TRAINER_ROUTES - registered) == []  # the names the client uses are vLLM's
