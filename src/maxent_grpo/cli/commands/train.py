@@ -59,6 +59,8 @@ def _train_run(argv: Sequence[str]) -> int:
     from maxent_grpo.cli.recipe import parse_train_args
     from maxent_grpo.trainer import MaxEntGRPOTrainer
     from maxent_grpo.training.dynamic_sampling import UnknownRewardMetricError
+    from maxent_grpo.training.generation.backends.selection import VLLMMissingError
+    from maxent_grpo.training.generation.backends.transfer_agreement import WeightTransferMismatchError
     from maxent_grpo.training.generation.contract.protocol import GenerationStopped
 
     # Dotted paths (reward functions, a custom maxent_mode_key) resolve from the working directory too, as in TRL's
@@ -93,6 +95,8 @@ def _train_run(argv: Sequence[str]) -> int:
             **_load_model(model_args, config),
         )
     except UnknownRewardMetricError as error:  # the reward names are known once the trainer has its reward models
+        raise UsageError(str(error)) from error
+    except (WeightTransferMismatchError, VLLMMissingError) as error:  # known once the vLLM server has been asked
         raise UsageError(str(error)) from error
     except GenerationStopped as error:  # a vLLM server that has not come up within vllm_server_timeout
         raise TrainingFailed(str(error)) from error

@@ -1,0 +1,45 @@
+"""How a vLLM server says which weight transfer it serves: vLLM's own ``GET /server_info``.
+
+A server started with ``VLLM_SERVER_DEV_MODE=1`` (``maxent-grpo vllm-serve`` sets it for either transfer) answers
+``GET /server_info?config_format=json`` with its resolved configuration, ``{"vllm_config": {...}, ...}``. Two of its
+fields name the weight transfer the server can take, as the server was started:
+
+- ``weight_transfer_config``: ``{"backend": "nccl"}`` for ``--weight-transfer-config '{"backend": "nccl"}'``
+  (``--weight-transfer nccl``; TRL's NCCL push), else null;
+- ``parallel_config.worker_extension_cls``: this package's reload extension (`DISK_EXTENSIONS`) for
+  ``--worker-extension-cls`` (``--weight-transfer disk``; the disk reload), else ``""``.
+
+The trainer reads them before anything loads (`served_transports`), so its ``vllm_weight_transfer="auto"`` follows
+the server and an explicit choice the server does not serve stops with one line. The route is one the server's route
+allowlist lets through; this module is what both sides name it by. It imports nothing of the trainer, nor of vLLM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from maxent_grpo.serving.reload_extension import EXTENSION_QUALNAME
+
+#: vLLM's route that reports a server's configuration (a development endpoint: ``VLLM_SERVER_DEV_MODE=1``).
+SERVER_INFO_ROUTE = "/server_info"
+#: The query that makes `SERVER_INFO_ROUTE` answer its configuration as JSON (its default is one string).
+SERVER_INFO_QUERY = {"config_format": "json"}
+#: The ``--worker-extension-cls`` values that give a server the disk reload: the extension's path and the former path
+#: kept for one release (``maxent_grpo.training.generation.backends.server_reload_extension``).
+DISK_EXTENSIONS = (
+    EXTENSION_QUALNAME,
+    "maxent_grpo.training.generation.backends.server_reload_extension.DiskReloadExtension",
+)
+
+
+def served_transports(vllm_config: Mapping[str, Any]) -> frozenset[str]:
+    """The weight transfers (``"disk"``, ``"nccl"``) a server whose ``/server_info`` reported ``vllm_config`` takes:
+    empty for a server started with neither (it can generate, but no weights reach it)."""
+    served = set()
+    transfer = vllm_config.get("weight_transfer_config") or {}
+    if transfer.get("backend") == "nccl":
+        served.add("nccl")
+    if (vllm_config.get("parallel_config") or {}).get("worker_extension_cls") in DISK_EXTENSIONS:
+        served.add("disk")
+    return frozenset(served)
