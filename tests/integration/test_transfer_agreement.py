@@ -32,9 +32,9 @@ def _server_mode(tmp_path, url, transfer):
 
 
 def test_an_explicit_transfer_the_server_does_not_serve_stops_before_the_model_loads(tmp_path):
-    with serving_info(vllm_config(nccl=True)) as url:
-        with pytest.raises(WeightTransferMismatchError, match=r"^vllm_weight_transfer='disk' here, but the vLLM serv"):
-            MaxEntGRPOTrainer(model=NO_MODEL, reward_funcs=_reward, args=_server_mode(tmp_path, url, "disk"))
+    refused = pytest.raises(WeightTransferMismatchError, match=r"^vllm_weight_transfer='disk' here, but the vLLM")
+    with serving_info(vllm_config(nccl=True)) as url, refused:
+        MaxEntGRPOTrainer(model=NO_MODEL, reward_funcs=_reward, args=_server_mode(tmp_path, url, "disk"))
 
 
 @pytest.mark.parametrize(
@@ -49,12 +49,12 @@ def test_auto_follows_what_the_server_serves(tmp_path, monkeypatch, served, agre
 
 
 def test_auto_on_a_cpu_trainer_against_an_nccl_server_is_refused(tmp_path):
-    with serving_info(vllm_config(nccl=True)) as url:
-        with pytest.raises(WeightTransferMismatchError, match="on a trainer without CUDA, but .* serves only NCCL"):
-            agreed_weight_transfer(_server_mode(tmp_path, url, "auto"))
+    refused = pytest.raises(WeightTransferMismatchError, match=r"on a trainer without CUDA, but .* serves only NCCL")
+    with serving_info(vllm_config(nccl=True)) as url, refused:
+        agreed_weight_transfer(_server_mode(tmp_path, url, "auto"))
 
 
 def test_a_server_without_its_development_endpoints_is_refused_naming_the_route(tmp_path):
-    with serving_info(None) as url:
-        with pytest.raises(WeightTransferMismatchError, match=r"does not answer /server_info .*VLLM_SERVER_DEV_MODE"):
-            agreed_weight_transfer(_server_mode(tmp_path, url, "disk"))
+    refused = pytest.raises(WeightTransferMismatchError, match=r"does not answer /server_info .*VLLM_SERVER_DEV_MODE")
+    with serving_info(None) as url, refused:
+        agreed_weight_transfer(_server_mode(tmp_path, url, "disk"))

@@ -6,8 +6,11 @@ fields name the weight transfer the server can take, as the server was started:
 
 - ``weight_transfer_config``: ``{"backend": "nccl"}`` for ``--weight-transfer-config '{"backend": "nccl"}'``
   (``--weight-transfer nccl``; TRL's NCCL push), else null;
-- ``parallel_config.worker_extension_cls``: this package's reload extension (`DISK_EXTENSIONS`) for
-  ``--worker-extension-cls`` (``--weight-transfer disk``; the disk reload), else ``""``.
+- ``parallel_config.worker_extension_cls``: this package's reload extension
+  (``maxent_grpo.serving.reload_extension.DiskReloadExtension``, or its former path) for ``--worker-extension-cls``
+  (``--weight-transfer disk``; the disk reload), else ``""``. An extension of another name
+  is taken for a subclass of it (a server's own additions to the reload): whether it reloads is known at the first
+  push, which stops the run if it does not.
 
 The trainer reads them before anything loads (`served_transports`), so its ``vllm_weight_transfer="auto"`` follows
 the server and an explicit choice the server does not serve stops with one line. The route is one the server's route
@@ -19,18 +22,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from maxent_grpo.serving.reload_extension import EXTENSION_QUALNAME
-
 #: vLLM's route that reports a server's configuration (a development endpoint: ``VLLM_SERVER_DEV_MODE=1``).
 SERVER_INFO_ROUTE = "/server_info"
 #: The query that makes `SERVER_INFO_ROUTE` answer its configuration as JSON (its default is one string).
 SERVER_INFO_QUERY = {"config_format": "json"}
-#: The ``--worker-extension-cls`` values that give a server the disk reload: the extension's path and the former path
-#: kept for one release (``maxent_grpo.training.generation.backends.server_reload_extension``).
-DISK_EXTENSIONS = (
-    EXTENSION_QUALNAME,
-    "maxent_grpo.training.generation.backends.server_reload_extension.DiskReloadExtension",
-)
 
 
 def served_transports(vllm_config: Mapping[str, Any]) -> frozenset[str]:
@@ -40,6 +35,6 @@ def served_transports(vllm_config: Mapping[str, Any]) -> frozenset[str]:
     transfer = vllm_config.get("weight_transfer_config") or {}
     if transfer.get("backend") == "nccl":
         served.add("nccl")
-    if (vllm_config.get("parallel_config") or {}).get("worker_extension_cls") in DISK_EXTENSIONS:
+    if (vllm_config.get("parallel_config") or {}).get("worker_extension_cls"):  # ours, or taken for a subclass
         served.add("disk")
     return frozenset(served)
