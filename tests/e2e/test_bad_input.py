@@ -316,6 +316,17 @@ CASES: list[tuple[str, Argv, str]] = [
     ),
     ("reward-not-a-name", lambda t: [*TRAIN, "--reward_funcs", "contains_digit"], "or a dotted path"),
     (
+        "reward-file-without-a-function",
+        lambda t: [*TRAIN, "--reward_funcs", "./" + _module(t / "file_rewards.py", "file_rewards.py")],
+        "reward function './file_rewards.py' names a file, not a function in it: write "
+        "'./file_rewards.py:function_name' (the file, a colon, the function's name)",
+    ),
+    (
+        "reward-file-missing",
+        lambda t: [*TRAIN, "--reward_funcs", "./no_such_file.py:reward"],
+        "no file './no_such_file.py' for reward function './no_such_file.py:reward'",
+    ),
+    (
         "reward-model-missing",
         lambda t: [*TRAIN, "--reward_model_name_or_path", "./no-reward-model"],
         "reward model './no-reward-model': no such file or directory",
