@@ -118,3 +118,12 @@ def test_readme_links_to_files_that_exist():
 
 def test_readme_fits_on_a_few_screens():
     assert len(README.read_text(encoding="utf-8").splitlines()) <= 250
+
+
+def test_every_page_gives_the_main_suite_the_readme_tier_tables_time():
+    pages = [README, DOCS / "getting-started.md"]
+    table = re.search(r"\| the main suite: .* \| about ([\d.]+ min) \|", README.read_text(encoding="utf-8"))
+    assert table, "README.md: the tier table has no main-suite row"
+    comment = re.compile(r"# the main (?:test )?suite \(what CI runs\): about ([\d.]+ min)")
+    stated = {page.name: comment.findall(page.read_text(encoding="utf-8")) for page in pages}
+    assert all(stated.values()) and {time for times in stated.values() for time in times} == {table.group(1)}, stated

@@ -68,9 +68,9 @@ class WatchedProgress(TrainerCallback):
         watched = ", ".join(label for _, label in WATCHED)
         print(
             f"progress shows {watched} where logged; every logged figure goes to "
-            f"{metrics_path(args.output_dir)} (and to report_to), and to these lines with --log_level info",
-            file=sys.stderr,
-        )
+            f"{metrics_path(args.output_dir)} (and to report_to), and to the progress lines with --log_level info",
+            flush=True,
+        )  # on stdout, with the summary: stderr holds progress and, when a run fails, its one error line
         if not self.lines:
             self._bar = tqdm(
                 total=state.max_steps, initial=state.global_step, desc="train", unit="step", dynamic_ncols=True

@@ -45,8 +45,8 @@ def _reward_func(name: str) -> Callable[..., list[float]]:
         return REWARDS[name]
     if "." not in name and ":" not in name:
         raise UsageError(
-            f"unknown reward function {name!r}: expected names from {sorted(REWARDS)}, a dotted path "
-            "'package.module.function' (or 'package.module:function') or 'path/to/file.py:function'"
+            f"unknown reward function {name!r}: expected names from {sorted(REWARDS)} or a dotted path "
+            "'package.module.function' (or 'package.module:function'), or 'path/to/file.py:function'"
         )
     try:
         return import_callable(name, "reward function")
