@@ -61,8 +61,8 @@ class VLLMMissingError(ImportError):
 def weight_transfer_name(args: Any) -> str:
     """``"nccl"`` or ``"disk"``: the ``vllm_weight_transfer`` of ``args`` (a `MaxEntGRPOConfig`), ``"auto"``
     resolved by the machine alone: to NCCL when the trainer runs on CUDA with one server, to disk otherwise (several
-    servers, or CPU). A trainer asks its server first (`transfer_agreement.agreed_weight_transfer`): this rule decides
-    only for a set of servers and for a server that serves both."""
+    servers, or CPU). A trainer with one server asks it instead (`transfer_agreement.agreed_weight_transfer`): this
+    rule decides for a set of servers."""
     if args.vllm_weight_transfer != "auto":
         return args.vllm_weight_transfer
     several = args.vllm_mode == "server" and len(server_urls(args)) > 1

@@ -5,7 +5,7 @@ disk|nccl``), and says which through vLLM's ``GET /server_info`` (`serving.serve
 asks it first, waiting for the server as TRL's client would (``vllm_server_timeout``), so that
 
 - ``vllm_weight_transfer="auto"`` follows the server: the transfer it serves (where it serves both, NCCL on a CUDA
-  trainer and disk otherwise, as `selection.weight_transfer_name` decides);
+  trainer with vLLM installed, disk otherwise);
 - an explicit ``"disk"`` or ``"nccl"`` the server does not serve stops before the model loads, with one line naming
   both sides and the flag to change (`WeightTransferMismatchError`), instead of failing at the first weight push.
 
@@ -16,6 +16,7 @@ asked: any of its servers may still be starting while the others train.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 from typing import Any
 
@@ -36,9 +37,11 @@ class WeightTransferMismatchError(ValueError):
     """The trainer's ``vllm_weight_transfer`` and what its vLLM server serves do not go together."""
 
 
-def agree(wanted: str, served: frozenset[str], *, base_url: str, cuda: bool) -> str:
+def agree(wanted: str, served: frozenset[str], *, base_url: str, cuda: bool, vllm_here: bool = True) -> str:
     """The transfer (``"disk"`` or ``"nccl"``) of a trainer asking for ``wanted`` (its ``vllm_weight_transfer``)
-    from the server at ``base_url`` serving ``served``; ``cuda``: whether the trainer runs on CUDA.
+    from the server at ``base_url`` serving ``served``; ``cuda``: whether the trainer runs on CUDA; ``vllm_here``:
+    whether vLLM is installed in the trainer's environment (NCCL needs both; where the server serves both transfers,
+    ``"auto"`` takes NCCL only then).
 
     Raises:
         WeightTransferMismatchError: the server serves no transfer, not the one asked for, or only NCCL to a trainer
@@ -59,7 +62,7 @@ def agree(wanted: str, served: frozenset[str], *, base_url: str, cuda: bool) -> 
             )
         if len(served) == 1:
             return next(iter(served))
-        return "nccl" if cuda else "disk"
+        return "nccl" if cuda and vllm_here else "disk"
     if wanted not in served:
         (other,) = served
         return _refuse(
@@ -117,4 +120,5 @@ def agreed_weight_transfer(args: Any) -> str | None:
         return weight_transfer_name(args)
     served = served_by(urls[0], api_key=server_api_key(args), timeout=args.vllm_server_timeout)
     cuda = torch.cuda.is_available() and not args.use_cpu
-    return agree(args.vllm_weight_transfer, served, base_url=urls[0], cuda=cuda)
+    vllm_here = importlib.util.find_spec("vllm") is not None
+    return agree(args.vllm_weight_transfer, served, base_url=urls[0], cuda=cuda, vllm_here=vllm_here)

@@ -10,6 +10,10 @@ URL = "http://127.0.0.1:8000"
 DISK, NCCL, BOTH, NEITHER = frozenset({"disk"}), frozenset({"nccl"}), frozenset({"disk", "nccl"}), frozenset()
 
 
+def test_auto_takes_the_disk_transfer_from_a_server_serving_both_where_vllm_is_not_installed_here():
+    assert agree("auto", BOTH, base_url=URL, cuda=True, vllm_here=False) == "disk"
+
+
 @pytest.mark.parametrize(
     ("wanted", "served", "cuda", "agreed"),
     [
