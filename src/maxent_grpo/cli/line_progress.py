@@ -31,7 +31,7 @@ WATCHED = (
     ("maxent/mode_coverage", "mode coverage"),
     ("entropy", "token entropy"),
 )
-#: Shown only when not 0: prompt groups dropped by the generation step.
+#: Shown only when not 0, the prompt groups dropped by the generation step.
 DROPPED = ("generation/dropped_prompts", "dropped prompts")
 #: transformers' ``log_level`` values that keep every logged figure in the progress lines.
 FULL_LOG_LEVELS = ("debug", "info")

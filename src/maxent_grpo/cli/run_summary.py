@@ -7,7 +7,7 @@ from maxent_grpo.cli.line_progress import WATCHED, WatchedProgress, format_secon
 from maxent_grpo.cli.metrics_file import metrics_path
 from maxent_grpo.cli.trackio_show import show_command
 
-#: The next command after training the tiny offline model: a real model, on GPUs.
+#: The next step after training the tiny offline model, a real model on GPUs.
 GPU_GUIDE = "docs/guide/gpus.md"
 
 

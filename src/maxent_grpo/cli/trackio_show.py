@@ -8,7 +8,7 @@ function's.
 
 from __future__ import annotations
 
-#: The chart order given to trackio: reward and entropy, the MaxEnt figures, each reward function's, generation.
+#: The chart order given to trackio (reward and entropy, the MaxEnt figures, each reward function's, generation).
 PLOT_ORDER = "reward,entropy,maxent/mode_coverage,maxent/*,rewards/*,generation/*"
 
 

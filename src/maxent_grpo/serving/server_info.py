@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-#: vLLM's route that reports a server's configuration (a development endpoint: ``VLLM_SERVER_DEV_MODE=1``).
+#: vLLM's route that reports a server's configuration (a development endpoint, on with ``VLLM_SERVER_DEV_MODE=1``).
 SERVER_INFO_ROUTE = "/server_info"
 #: The query that makes `SERVER_INFO_ROUTE` answer its configuration as JSON (its default is one string).
 SERVER_INFO_QUERY = {"config_format": "json"}
