@@ -7,6 +7,12 @@ It builds a small Qwen2 model with the offline character tokenizer and saves it 
 hub access), trains it with both trainers (TransformersBackend for ours), alternating, and prints tokens/s of each and
 the ratio. When vLLM is importable it also runs colocate mode (with and without sleep mode) and server mode (starting
 `vllm serve` itself); otherwise it says that those modes were skipped and why.
+
+Then the layouts of docs/guide/gpus.md, with the page's own commands and recipe
+(configs/recipes/qwen3_0.6b_server.yaml), the model and the data swapped for the tiny model and a local prompt file,
+and a few short steps: with two GPUs, `maxent-grpo vllm-serve` on GPU 0 and `maxent-grpo train` on GPU 1; with three
+or more, `accelerate launch` with configs/accelerate/ddp_beside_server.yaml on the GPUs after the server's (its
+num_processes and gpu_ids given for the GPUs there are). Without a GPU every GPU part says "no GPU: skipped".
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -33,6 +41,18 @@ from trl import GRPOConfig, GRPOTrainer
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
 from maxent_grpo.rewards import unique_chars_reward
 from maxent_grpo.tiny_model import save_tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "configs" / "recipes" / "qwen3_0.6b_server.yaml"
+BESIDE_SERVER = ROOT / "configs" / "accelerate" / "ddp_beside_server.yaml"
+COMPARISON = "GRPOTrainer and MaxEntGRPOTrainer side by side (bf16)"
+TWO_GPUS = "server on GPU 0, trainer on GPU 1 (docs/guide/gpus.md)"
+BESIDE = "server on GPU 0, accelerate on the others (docs/guide/gpus.md)"
+#: What the layouts change in the recipe: the tiny model and local prompts, a few short steps, no tracker.
+TINY_RUN = [
+    "--max_steps", "3", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
+    "--max_completion_length", "32", "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none",
+]  # fmt: skip
 
 
 def _train(trainer_class: type, config_class: type, model_dir: Path, device: str, steps: int, **extra: Any) -> float:
@@ -91,6 +111,63 @@ def _start_vllm_server(model_dir: Path, port: int, log_path: Path) -> subprocess
     raise RuntimeError(f"vllm serve was not healthy within 600 s; see {log_path}")
 
 
+def layout_commands(
+    model_dir: Path, data_file: Path, output_dir: Path, gpus: int
+) -> tuple[list[str], dict[str, str], list[str], dict[str, str]]:
+    """The server's and the trainer's command lines and environments (on top of this one's) of the GPU page's layout
+    on ``gpus`` GPUs: with 2, the page's two commands; with more, the trainer through `accelerate launch` on GPUs
+    1 to ``gpus - 1``. The recipe's model and data are swapped for ``model_dir`` and ``data_file``."""
+    cli = [sys.executable, "-m", "maxent_grpo.cli"]
+    server = [*cli, "vllm-serve", str(model_dir)]
+    train = [
+        "train",
+        "--config",
+        str(RECIPE),
+        "--model_name_or_path",
+        str(model_dir),
+        "--dataset_name",
+        str(data_file),
+    ]
+    train += ["--output_dir", str(output_dir), *TINY_RUN]
+    if gpus == 2:
+        return server, {"CUDA_VISIBLE_DEVICES": "0"}, [*cli, *train], {"CUDA_VISIBLE_DEVICES": "1"}
+    others = ",".join(str(gpu) for gpu in range(1, gpus))
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(BESIDE_SERVER)]
+    accelerate += ["--num_processes", str(gpus - 1), "--gpu_ids", others, "-m", "maxent_grpo.cli", *train]
+    return server, {"CUDA_VISIBLE_DEVICES": "0"}, accelerate, {}
+
+
+def _run_layout(label: str, model_dir: Path, workdir: Path, gpus: int) -> None:
+    """Serve ``model_dir`` and train against it as the GPU page does, and say how it went in a few lines."""
+    data_file = workdir / "prompts.jsonl"
+    data_file.write_text(
+        "".join(json.dumps({"prompt": f"add {i} and {i}:", "solution": str(2 * i)}) + "\n" for i in range(64))
+    )
+    server, server_env, train, train_env = layout_commands(model_dir, data_file, workdir / "run", gpus)
+    log_path = workdir / f"vllm_serve_{gpus}.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(server, env={**os.environ, **server_env}, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 600
+            while "vLLM server ready at" not in log_path.read_text():
+                if process.poll() is not None or time.monotonic() > deadline:
+                    print(f"{label}: the server did not become ready; see {log_path}")
+                    return
+                time.sleep(2)
+            start = time.perf_counter()
+            result = subprocess.run(train, env={**os.environ, **train_env}, capture_output=True, text=True)
+            seconds = time.perf_counter() - start
+        finally:
+            process.send_signal(signal.SIGINT)  # vllm-serve ends its server and everything it started
+            process.wait(timeout=120)
+    if result.returncode != 0:
+        last = result.stderr.strip().splitlines()[-1:] or ["(no output)"]
+        print(f"{label}: training failed (exit code {result.returncode}): {last[0]}")
+        return
+    print(f"{label}: 3 steps in {seconds:.0f} s (start-up included); the run's summary:")
+    print("\n".join(f"    {line}" for line in result.stdout.splitlines() if line.startswith(("Trained", "  "))))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=6)
@@ -101,15 +178,17 @@ def main() -> int:
     options = parser.parse_args()
     hf_logging.set_verbosity_error()
 
-    if torch.cuda.is_available():
+    gpus = torch.cuda.device_count()
+    if gpus:
         device = "cuda"
-        print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+        print(f"device: {gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
     elif options.allow_cpu:
         device = "cpu"
         print(f"device: CPU (dry run), torch {torch.__version__}")
     else:
-        print("No CUDA device: nothing to check (use --allow-cpu for a dry run).", file=sys.stderr)
-        return 1
+        for label in (COMPARISON, TWO_GPUS, BESIDE):
+            print(f"{label}: no GPU: skipped (--allow-cpu runs the comparison on CPU)")
+        return 0
 
     with tempfile.TemporaryDirectory() as workdir:
         model_dir = save_tiny_model(
@@ -135,9 +214,13 @@ def main() -> int:
 
         if importlib.util.find_spec("vllm") is None:
             print("vLLM colocate and server modes: skipped (vllm is not installed on this machine)")
+            for label in (TWO_GPUS, BESIDE):
+                print(f"{label}: {'no GPU' if not gpus else 'vllm is not installed'}: skipped")
             return 0
         if device != "cuda":
             print("vLLM colocate and server modes: skipped (vLLM needs a CUDA device)")
+            for label in (TWO_GPUS, BESIDE):
+                print(f"{label}: no GPU: skipped")
             return 0
         for label, sleep_mode in (("", False), (" with sleep mode", True)):
             colocate = _train(
@@ -169,6 +252,11 @@ def main() -> int:
         finally:
             server.terminate()
             server.wait(timeout=60)
+        for label, needed in ((TWO_GPUS, 2), (BESIDE, 3)):
+            if gpus < needed:
+                print(f"{label}: needs {needed} GPUs, found {gpus}: skipped")
+            else:
+                _run_layout(label, model_dir, Path(workdir), needed if needed == 2 else gpus)
     return 0
 
 

@@ -8,6 +8,7 @@ Build (zero warnings, nitpicky cross-references; what `.ci/run` runs)::
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # MathJax from the package, copied into _static: the equations render offline
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -81,6 +83,28 @@ autodoc_type_aliases = {
 html_theme = "furo"
 html_title = f"maxent-grpo {release}"
 html_static_path: list[str] = []
+#: What a page loads MathJax from: this site's own copy (sphinx-mathjax-offline sets it), never a CDN.
+LOCAL_MATHJAX = "_static/mathjax/tex-chtml.js"
+
+
+def _check_local_mathjax(app, exception):
+    """Fail the build where a page would load MathJax from anywhere but this site's copy (a CDN needs the network),
+    or where no page loads it (the equations would be raw TeX)."""
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir)
+    if not (out / LOCAL_MATHJAX).is_file():
+        raise RuntimeError(f"{LOCAL_MATHJAX} is missing from the built site: is sphinx-mathjax-offline installed?")
+    sources = {
+        str(page.relative_to(out)): re.findall(r'<script[^>]*src="([^"]*mathjax[^"]*)"', page.read_text("utf-8"), re.I)
+        for page in out.rglob("*.html")
+    }
+    loading = {page: found for page, found in sources.items() if found}
+    remote = {page: found for page, found in loading.items() if any(not src.endswith(LOCAL_MATHJAX) for src in found)}
+    if not loading or remote:
+        raise RuntimeError(
+            f"every page must load MathJax from {LOCAL_MATHJAX}; these do not: {remote or 'none loads it'}"
+        )
 
 
 # --- MaxEntGRPOConfig's page ---------------------------------------------------------------------------------------
@@ -102,5 +126,6 @@ def _drop_field_typehints(app, domain, objtype, contentnode):
 
 
 def setup(app):
+    app.connect("build-finished", _check_local_mathjax, priority=900)  # after sphinx-mathjax-offline's copy (500)
     app.connect("autodoc-process-signature", _fields_signature)
     app.connect("object-description-transform", _drop_field_typehints, priority=400)  # before autodoc's merge (500)

@@ -103,7 +103,9 @@ class MaxEntGRPOConfig(GRPOConfig):
             "extension, tied weights included, a partial load refused); works on CPU and across machines that share "
             "a file system; before every generation call the server is checked to serve the trainer's version, and "
             "a restarted server gets it again. 'nccl': TRL's NCCL push (the trainer needs CUDA; a server that dies "
-            "stops training). 'auto': 'nccl' when the trainer runs on CUDA with one server, else 'disk'."
+            "stops training). 'auto': the one the server serves (`maxent-grpo vllm-serve --weight-transfer`), read "
+            "from its /server_info before the model loads; with a set of servers, 'disk'. A transfer the server "
+            "does not serve stops the run before training, naming both sides."
         },
     )
     vllm_weights_dir: str | None = field(

@@ -30,7 +30,6 @@ from maxent_grpo.training.generation.backends.selection import (
     build_backend,
     server_api_key,
     server_urls,
-    weight_transfer_name,
 )
 from maxent_grpo.training.generation.batch_state import GenerationBatchState
 from maxent_grpo.training.generation.contract import capabilities
@@ -118,7 +117,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         else:
             kwargs["args"] = maxent_config_from(kwargs.get("args"), model)
         config = positional[2] if len(positional) > 2 else kwargs["args"]
-        check_combinations(config, generation_backend, kwargs)
+        #: The weight transfer agreed with the vLLM server in server mode ("disk" or "nccl"), else None.
+        self.weight_transfer = check_combinations(config, generation_backend, kwargs)
         capabilities.check_backend(generation_backend)
         colocate = config.use_vllm and config.vllm_mode == "colocate"
         with contextlib.ExitStack() as building:
@@ -133,7 +133,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
                 )
                 building.enter_context(colocate_engine.engine_dtype(lambda: dtype(self.model)))
             if config.use_vllm and config.vllm_mode == "server":
-                disk = weight_transfer_name(config) == "disk"
+                disk = self.weight_transfer == "disk"
                 building.enter_context(
                     trl_client.server_client(disk=disk, api_key=server_api_key(config), base_urls=server_urls(config))
                 )

@@ -38,6 +38,13 @@ def offline_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     }
 
 
+def with_vllm_that_cannot_serve(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with a `vllm` package that is found but whose server exits at once (`tests.support.
+    vllm_that_cannot_serve`): `maxent-grpo vllm-serve` gets past its vLLM check where vLLM is not installed."""
+    package = ROOT / "tests" / "support" / "vllm_that_cannot_serve"
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(package), env.get("PYTHONPATH")]))}
+
+
 def run(
     command: Sequence[str], env: dict[str, str], timeout: float = 300, cwd: Path = ROOT, **popen: Any
 ) -> subprocess.CompletedProcess[str]:

@@ -44,6 +44,7 @@ from maxent_grpo.cli import main
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 from maxent_grpo.upstream_warnings import ignore_upstream_deprecations
 from tests.e2e.cli_runner import DEMO_RECIPE, offline_env, run_cli
+from tests.support.server_info_stand_in import serving_info, vllm_config
 
 
 def _write(path: Path, text: str) -> str:
@@ -314,6 +315,17 @@ CASES: list[tuple[str, Argv, str]] = [
         "has no attribute 'nope'",
     ),
     ("reward-not-a-name", lambda t: [*TRAIN, "--reward_funcs", "contains_digit"], "or a dotted path"),
+    (
+        "reward-file-without-a-function",
+        lambda t: [*TRAIN, "--reward_funcs", "./" + _module(t / "file_rewards.py", "file_rewards.py")],
+        "reward function './file_rewards.py' names a file, not a function in it: write "
+        "'./file_rewards.py:function_name' (the file, a colon, the function's name)",
+    ),
+    (
+        "reward-file-missing",
+        lambda t: [*TRAIN, "--reward_funcs", "./no_such_file.py:reward"],
+        "no file './no_such_file.py' for reward function './no_such_file.py:reward'",
+    ),
     (
         "reward-model-missing",
         lambda t: [*TRAIN, "--reward_model_name_or_path", "./no-reward-model"],
@@ -623,6 +635,18 @@ def test_server_mode_with_the_disk_transfer_needs_no_vllm_and_waits_for_the_serv
     ], err[-3000:]
     assert lines[-1].startswith(f"maxent-grpo train: error: the vLLM server at {url} has not come up within 2 s (")
     assert "vllm_server_timeout" in lines[-1] and "Traceback" not in err
+
+
+def test_a_transfer_the_server_does_not_serve_is_one_line_naming_both_sides_and_the_flag(run_main):
+    with serving_info(vllm_config(nccl=True)) as url:  # a server started with --weight-transfer nccl
+        server = ["--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_base_url", url]
+        code, err = run_main([*TRAIN, *server, "--vllm_weight_transfer", "disk"])
+    assert code == 2, err[-3000:]
+    assert err.strip().splitlines() == [
+        f"maxent-grpo train: error: vllm_weight_transfer='disk' here, but the vLLM server at {url} serves 'nccl' "
+        "(started with --weight-transfer nccl): set vllm_weight_transfer to 'nccl' (or 'auto'), or restart the "
+        "server with `maxent-grpo vllm-serve MODEL --weight-transfer disk`"
+    ]
 
 
 def test_num_generations_that_does_not_divide_names_only_fields_the_user_set(run_main):

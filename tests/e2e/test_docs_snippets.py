@@ -1,14 +1,18 @@
 """What the README and the docs tell a user to paste runs as written (shortened only by added arguments), the metrics
 glossary lists every key the package logs, and the README's links lead somewhere. The README's Quickstart runs in
-`test_examples.py`; the docs build itself (warnings as errors) is a step of `.ci/run`."""
+`test_examples.py`; the docs build itself (warnings as errors, MathJax from the site's own copy) is a step of
+`.ci/run`."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import json
 import re
 import shlex
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -57,7 +61,8 @@ def test_own_reward_function_of_the_docs_trains(tmp_path):
     args = [*_maxent_grpo_args(command), "--max_steps", "1", "--logging_steps", "1", "--output_dir", "out"]
     result = run_cli(args, offline_env(tmp_path), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert re.search(r"rewards/contains_digit/mean=[\d.]+", result.stderr), result.stderr[-3000:]
+    logs = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert isinstance(logs[0]["rewards/contains_digit/mean"], float), logs  # every logged figure is in the file
 
 
 @pytest.mark.slow
@@ -135,3 +140,31 @@ def test_readme_links_to_files_that_exist():
 
 def test_readme_fits_on_a_few_screens():
     assert len(README.read_text(encoding="utf-8").splitlines()) <= 250
+
+
+def test_every_page_gives_the_main_suite_the_readme_tier_tables_time():
+    pages = [README, DOCS / "getting-started.md"]
+    table = re.search(r"\| the main suite: .* \| about ([\d.]+ min) \|", README.read_text(encoding="utf-8"))
+    assert table, "README.md: the tier table has no main-suite row"
+    comment = re.compile(r"# the main (?:test )?suite \(what CI runs\): about ([\d.]+ min)")
+    stated = {page.name: comment.findall(page.read_text(encoding="utf-8")) for page in pages}
+    assert all(stated.values()) and {time for times in stated.values() for time in times} == {table.group(1)}, stated
+
+
+def test_the_docs_build_fails_where_a_page_would_load_mathjax_from_the_network(tmp_path):
+    spec = importlib.util.spec_from_file_location("docs_conf", DOCS / "conf.py")
+    conf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conf)
+    app = SimpleNamespace(outdir=str(tmp_path), builder=SimpleNamespace(format="html"))
+    (tmp_path / "_static" / "mathjax").mkdir(parents=True)
+    (tmp_path / conf.LOCAL_MATHJAX).write_text("")
+    page = tmp_path / "guide" / "objective.html"
+    page.parent.mkdir()
+    page.write_text('<script defer="defer" src="../_static/mathjax/tex-chtml.js"></script>')
+    conf._check_local_mathjax(app, None)  # the site's own copy: the build passes
+    page.write_text('<script defer src="https://cdn.jsdelivr.net/npm/mathjax@4/tex-mml-chtml.js"></script>')
+    with pytest.raises(RuntimeError, match=r"from _static/mathjax/tex-chtml.js; these do not: .*objective"):
+        conf._check_local_mathjax(app, None)
+    (tmp_path / conf.LOCAL_MATHJAX).unlink()
+    with pytest.raises(RuntimeError, match="is missing from the built site"):
+        conf._check_local_mathjax(app, None)

@@ -56,6 +56,9 @@ def test_readme_quickstart_shows_the_reward_rising_without_upstream_warnings(tmp
     assert match, result.stdout[-2000:]
     first, last = map(float, match.groups())
     assert first < 0.3 and last > 0.7, (first, last)
+    # The figures the README quotes are the ones it prints (OMP_NUM_THREADS=1, the default seed).
+    quoted = f"(the snippet prints `steps 1-10 {match.group(1)}, steps 41-50 {match.group(2)}` with the default seed)"
+    assert quoted in " ".join((ROOT / "README.md").read_text().split()), match.group(0)
     assert "Warning" not in result.stderr, result.stderr[-4000:]
 
 

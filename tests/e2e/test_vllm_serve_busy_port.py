@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tests.e2e.cli_runner import offline_env, run_cli
+from tests.e2e.cli_runner import offline_env, run_cli, with_vllm_that_cannot_serve
 
 
 class Healthy(BaseHTTPRequestHandler):
@@ -29,7 +29,8 @@ def test_a_port_in_use_is_refused_before_the_server_starts(tmp_path):
     threading.Thread(target=other.serve_forever, daemon=True).start()
     port = other.server_address[1]
     try:
-        result = run_cli(["vllm-serve", str(tmp_path / "model"), "--port", str(port)], offline_env(tmp_path), 120)
+        environment = with_vllm_that_cannot_serve(offline_env(tmp_path))
+        result = run_cli(["vllm-serve", str(tmp_path / "model"), "--port", str(port)], environment, 120)
     finally:
         other.shutdown()
         other.server_close()

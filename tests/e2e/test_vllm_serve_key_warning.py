@@ -1,10 +1,10 @@
 """`maxent-grpo vllm-serve` on an address beyond loopback without a key warns in one line; with a key, or on
-127.0.0.1, it does not. (The server itself cannot start here: the model folder is missing, or vLLM is not installed;
-the warning comes before it.)"""
+127.0.0.1, it does not. (The server itself cannot start here: the model folder is missing, and the vLLM package on
+the path serves nothing; the warning comes before it.)"""
 
 from __future__ import annotations
 
-from tests.e2e.cli_runner import offline_env, run_cli
+from tests.e2e.cli_runner import offline_env, run_cli, with_vllm_that_cannot_serve
 from tests.support.real_vllm_server import free_port
 
 WARNING = "maxent-grpo vllm-serve: warning: 0.0.0.0 is reachable beyond this machine and the server has no key"
@@ -13,7 +13,7 @@ WARNING = "maxent-grpo vllm-serve: warning: 0.0.0.0 is reachable beyond this mac
 def serve(tmp_path, *options: str, **env: str):
     args = ["vllm-serve", str(tmp_path / "no-model"), "--port", str(free_port()), "--ready-timeout", "120", *options]
     environment = {name: value for name, value in offline_env(tmp_path).items() if name != "VLLM_API_KEY"} | env
-    result = run_cli(args, environment, timeout=300)
+    result = run_cli(args, with_vllm_that_cannot_serve(environment), timeout=300)
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
     return [line for line in result.stderr.splitlines() if "warning" in line]
 

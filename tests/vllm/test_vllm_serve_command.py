@@ -27,6 +27,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from maxent_grpo.serving.routes import SERVER_INFO
+from maxent_grpo.training.generation.backends.transfer_agreement import served_by
 from tests.e2e.cli_runner import executable, terminal_signals
 from tests.support.real_vllm_server import free_port
 from tests.vllm.test_server_weights import server_mode_trainer
@@ -117,7 +119,7 @@ def group_left(server: int) -> list[int]:
 KEY = "only-the-trainer-4a1f"
 #: The routes the trainer uses, each with a request it could make: with a key, none answers a request without it.
 GUARDED = (
-    ("GET", "/health", None), ("GET", "/v1/models", None),
+    ("GET", "/health", None), ("GET", "/v1/models", None), ("GET", SERVER_INFO, None),
     ("POST", "/v1/completions", {"prompt": "a", "max_tokens": 1}),
     ("POST", "/pause", None), ("POST", "/resume", None), ("GET", "/is_paused", None), ("GET", "/weight_info", None),
     ("POST", "/reset_prefix_cache", None), ("POST", "/update_weight_version", {"new_version": "x"}),
@@ -176,7 +178,10 @@ def test_vllm_serve_prints_the_url_a_trainer_trains_against_and_ctrl_c_ends_it_a
         assert metrics.content == b"", metrics.text[:300]  # a real preflight passes, answered without a body
         assert "vllm:" in requests.get(f"{url}/metrics", headers=keyed, timeout=30).text
 
+        # What the server says it serves, read as the trainer reads it: the disk transfer, the extension's own path.
+        assert served_by(url, api_key=KEY, timeout=30) == {"disk"}
         trainer = server_mode_trainer(vllm_model_dir, url, tmp_path, max_steps=2, vllm_server_api_key=KEY)
+        assert trainer.args.vllm_weight_transfer == "auto" and trainer.weight_transfer == "disk"  # auto follows it
         trainer.train()
         backend = trainer.generation_backend
         assert backend.stats["weight_pushes"] == 2  # the server took both versions, from under its weights root

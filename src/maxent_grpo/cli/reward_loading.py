@@ -1,9 +1,10 @@
 """The reward functions and reward model of `maxent-grpo train`, by name, as TRL's `trl grpo` script takes them.
 
-A reward function is a built-in name from `maxent_grpo.rewards.REWARDS` or a dotted path to a callable
+A reward function is a built-in name from `maxent_grpo.rewards.REWARDS`, a dotted path to a callable
 (``my_rewards.contains_digit`` or ``my_rewards:contains_digit``), its module found on the working directory or
-installed; each is wrapped by `maxent_grpo.training.reward_contract.checked` under the name given here, so a
-return that breaks TRL's contract is one line naming the function as the user wrote it. A reward model
+installed, or a Python file and a function in it (``path/to/my_rewards.py:contains_digit``; a bare file is refused
+with the form to use); each is wrapped by `maxent_grpo.training.reward_contract.checked` under the name given here,
+so a return that breaks TRL's contract is one line naming the function as the user wrote it. A reward model
 (``reward_model_name_or_path``) is passed on by name: `GRPOTrainer` loads it as a sequence-classification model with
 one label, exactly as TRL's script does.
 """
@@ -45,7 +46,7 @@ def _reward_func(name: str) -> Callable[..., list[float]]:
     if "." not in name and ":" not in name:
         raise UsageError(
             f"unknown reward function {name!r}: expected names from {sorted(REWARDS)} or a dotted path "
-            "'package.module.function' (or 'package.module:function')"
+            "'package.module.function' (or 'package.module:function'), or 'path/to/file.py:function'"
         )
     try:
         return import_callable(name, "reward function")

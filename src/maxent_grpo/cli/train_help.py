@@ -69,7 +69,11 @@ FIELD_GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     (
         "rewards",
         (
-            ("reward_funcs", "NAME", "reward functions: boxed_answer, unique_chars, vowel_start, or module.function"),
+            (
+                "reward_funcs",
+                "NAME",
+                "reward functions: boxed_answer, unique_chars, vowel_start, module.function or file.py:function",
+            ),
             ("reward_model_name_or_path", "NAME", "a reward model (sequence classification, one label)"),
             ("reward_weights", "W", "one weight per reward (default: all 1.0)"),
         ),
@@ -89,7 +93,8 @@ FIELD_GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("logging_steps", "N", "log every N steps"),
             ("save_strategy", "WHEN", "no, steps, epoch or best"),
             ("save_steps", "N", "save a checkpoint every N steps"),
-            ("report_to", "NAME", "trackio, wandb, none, ..."),
+            ("report_to", "NAME", "trackio, wandb, none, ... (every figure also goes to <output_dir>/metrics.jsonl)"),
+            ("log_level", "LEVEL", "info: every logged figure in the progress lines (default: the few to watch)"),
             ("resume_from_checkpoint", "PATH", "a checkpoint, an output_dir or true (the latest complete checkpoint)"),
         ),
     ),
@@ -112,7 +117,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("vllm_server_base_url", "URL", "the server's address, e.g. http://host:8000"),
             ("vllm_server_base_urls", "URL [URL ...]", "several servers: the groups spread over those that answer"),
             ("vllm_server_timeout", "SECONDS", "how long to wait for the server to come up before stopping"),
-            ("vllm_weight_transfer", "HOW", "auto, nccl (needs vLLM here) or disk (HTTP and a shared directory)"),
+            ("vllm_weight_transfer", "HOW", "auto (the server's), nccl (needs vLLM here) or disk (shared directory)"),
             ("vllm_weights_dir", "DIR", "the disk transfer's directory, read by the server under the same path"),
             ("vllm_weight_delta", "BOOL", "disk transfer: push only what changed since the server's version"),
             ("vllm_gpu_memory_utilization", "FRACTION", "GPU memory share of a colocated engine"),

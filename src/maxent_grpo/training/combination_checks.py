@@ -8,21 +8,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from maxent_grpo.training.generation.backends.selection import vllm_install_problem, weight_transfer_name
+from maxent_grpo.training.generation.backends.selection import VLLMMissingError, vllm_install_problem
+from maxent_grpo.training.generation.backends.transfer_agreement import agreed_weight_transfer
 
 IMAGE_COLUMNS = ("image", "images")
 
 
-def check_combinations(config: Any, generation_backend: Any, trainer_kwargs: dict[str, Any]) -> None:
-    """Refuse a combination `MaxEntGRPOTrainer` does not support (see each message).
+def check_combinations(config: Any, generation_backend: Any, trainer_kwargs: dict[str, Any]) -> str | None:
+    """Refuse a combination `MaxEntGRPOTrainer` does not support (see each message); in server mode, agree on the
+    weight transfer with the server (`transfer_agreement`), once every check that needs no server has passed.
+
+    Returns:
+        The weight transfer agreed with the vLLM server (``"disk"`` or ``"nccl"``); None outside server mode.
 
     Raises:
-        ValueError: fields, arguments or data that do not go together.
-        ImportError: ``use_vllm`` where vLLM is needed in this environment and not installed
+        ValueError: fields, arguments or data that do not go together, or a weight transfer the server does not
+            serve (`transfer_agreement.WeightTransferMismatchError`).
+        VLLMMissingError: an `ImportError`, ``use_vllm`` where vLLM is needed in this environment and not installed
             (`selection.vllm_install_problem`: colocate mode, or server mode with the NCCL weight transfer).
+        VLLMServerUnavailableError: in server mode, a server that has not come up within ``vllm_server_timeout``.
     """
     if (problem := vllm_install_problem(config)) is not None:
-        raise ImportError(problem)
+        raise VLLMMissingError(problem)
     with_tools = bool(trainer_kwargs.get("tools")) or trainer_kwargs.get("environment_factory") is not None
     rollout_func = trainer_kwargs.get("rollout_func") is not None
     if rollout_func and (generation_backend is not None or with_tools):
@@ -44,6 +51,16 @@ def check_combinations(config: Any, generation_backend: Any, trainer_kwargs: dic
             "text only (the images would be left out without a word): train with use_vllm=False (the transformers "
             "backend passes them to the model) or a generation_backend of your own."
         )
+    weight_transfer = agreed_weight_transfer(config)
+    if (problem := vllm_install_problem(config, weight_transfer)) is not None:
+        raise VLLMMissingError(problem)
+    if config.async_generation and config.vllm_weight_transfer == "auto" and weight_transfer == "nccl":
+        raise ValueError(
+            "async_generation=True needs vllm_weight_transfer='disk' (here 'auto' follows a server that serves NCCL, "
+            "which does not version the weights): set vllm_weight_transfer to 'disk' and start the server with "
+            "--weight-transfer disk"
+        )
+    return weight_transfer
 
 
 def generation_span(args: Any) -> int:
@@ -67,8 +84,8 @@ def check_async_generation(args: Any, *, own_backend: bool, tools: bool) -> None
         ValueError: with a user's own backend or a ``rollout_func`` (neither tags completions with weight versions nor
             is known to be safe to call from a second thread), with tools or environments (an episode's turns are
             collective rounds, which must stay on the main thread), with generations that do not line up with
-            optimizer steps or are trained over more steps than ``max_staleness`` allows, or with
-            ``vllm_weight_transfer='auto'`` resolving to NCCL on this machine.
+            optimizer steps or are trained over more steps than ``max_staleness`` allows (``'auto'`` following a
+            server that serves NCCL is refused by `check_combinations`, once the server has been asked).
     """
     if own_backend:
         raise ValueError(
@@ -83,9 +100,4 @@ def check_async_generation(args: Any, *, own_backend: bool, tools: bool) -> None
             f"async_generation=True with max_staleness={args.max_staleness}: each generation batch is trained over "
             f"{span} optimizer steps (num_iterations={args.num_iterations}), so rows generated a step ahead are "
             f"{span} steps old when last trained on; set max_staleness >= {span}."
-        )
-    if args.vllm_weight_transfer == "auto" and weight_transfer_name(args) == "nccl":
-        raise ValueError(
-            "async_generation=True needs vllm_weight_transfer='disk' (here 'auto' resolves to NCCL, which does not "
-            "version the weights)."
         )

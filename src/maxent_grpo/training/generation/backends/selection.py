@@ -54,22 +54,30 @@ def server_urls(args: Any) -> list[str]:
     return [args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"]
 
 
+class VLLMMissingError(ImportError):
+    """vLLM is needed in the trainer's environment and not installed (`vllm_install_problem` says why)."""
+
+
 def weight_transfer_name(args: Any) -> str:
     """``"nccl"`` or ``"disk"``: the ``vllm_weight_transfer`` of ``args`` (a `MaxEntGRPOConfig`), ``"auto"``
-    resolved to NCCL when the trainer runs on CUDA with one server and to disk otherwise (several servers, or CPU)."""
+    resolved by the machine alone: to NCCL when the trainer runs on CUDA with one server, to disk otherwise (several
+    servers, or CPU). A trainer with one server asks it instead (`transfer_agreement.agreed_weight_transfer`): this
+    rule decides for a set of servers."""
     if args.vllm_weight_transfer != "auto":
         return args.vllm_weight_transfer
     several = args.vllm_mode == "server" and len(server_urls(args)) > 1
     return "nccl" if torch.cuda.is_available() and not args.use_cpu and not several else "disk"
 
 
-def vllm_install_problem(args: Any) -> str | None:
+def vllm_install_problem(args: Any, weight_transfer: str | None = None) -> str | None:
     """Why ``args`` (a `MaxEntGRPOConfig`) needs vLLM installed in the trainer's environment, which it is not; None
-    when vLLM is installed or not needed.
+    when vLLM is installed or not needed, or not known to be needed yet.
 
     Colocate mode runs the engine in the trainer, and server mode with the NCCL weight transfer joins vLLM's NCCL
     communicator, so both need vLLM. Server mode with the disk transfer does not: the trainer speaks HTTP to the
-    server and writes the weights into a directory the server reads (`server_client.trl_client`).
+    server and writes the weights into a directory the server reads (`server_client.trl_client`). In server mode the
+    transfer is ``weight_transfer`` (the one agreed with the server), else ``vllm_weight_transfer`` where it is
+    explicit; ``"auto"`` before the server is asked needs nothing yet.
     """
     if not args.use_vllm or importlib.util.find_spec("vllm") is not None:
         return None
@@ -79,14 +87,15 @@ def vllm_install_problem(args: Any) -> str | None:
             "'maxent-grpo[vllm]', or set use_vllm to false to generate with transformers, or run the engine as a "
             "server elsewhere (vllm_mode: server with vllm_weight_transfer: disk needs no vLLM here)"
         )
-    if weight_transfer_name(args) == "disk":
+    transfer = weight_transfer or args.vllm_weight_transfer
+    if transfer != "nccl":
         return None
-    resolved = " ('auto' on a CUDA trainer)" if args.vllm_weight_transfer == "auto" else ""
+    resolved = " (the server's, 'auto' following it)" if args.vllm_weight_transfer == "auto" else ""
     return (
         f"use_vllm=True, vllm_mode='server' with vllm_weight_transfer={args.vllm_weight_transfer!r}{resolved} "
         "pushes the weights through vLLM's NCCL communicator, which needs vLLM in the trainer's environment, and it "
-        "is not installed: set vllm_weight_transfer to 'disk' (HTTP and a directory the server reads, no vLLM "
-        "here), or pip install 'maxent-grpo[vllm]'"
+        "is not installed: set vllm_weight_transfer to 'disk' and start the server with --weight-transfer disk "
+        "(HTTP and a directory the server reads, no vLLM here), or pip install 'maxent-grpo[vllm]'"
     )
 
 
@@ -112,11 +121,11 @@ def server_api_key(args: Any) -> str | None:
 def _vllm_server(trainer: Any) -> GenerationBackend:
     args = trainer.args
     generation = trainer.vllm_generation
-    disk = weight_transfer_name(args) == "disk"
+    disk = trainer.weight_transfer == "disk"  # agreed with the server (`transfer_agreement`)
     if args.vllm_weight_delta and not disk:
         raise ValueError(
-            "vllm_weight_delta=True needs the disk weight transfer, and vllm_weight_transfer='auto' chose NCCL (a "
-            "CUDA trainer with one server): set vllm_weight_transfer to 'disk'"
+            "vllm_weight_delta=True needs the disk weight transfer, and vllm_weight_transfer='auto' chose NCCL (the "
+            "server serves it): set vllm_weight_transfer to 'disk' and start the server with --weight-transfer disk"
         )
 
     def trl_parameter_walk(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
