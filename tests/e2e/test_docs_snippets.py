@@ -75,7 +75,8 @@ def test_reward_timeout_command_of_the_docs_trains(tmp_path):
     args = [*_maxent_grpo_args(command), "--max_steps", "1", "--logging_steps", "1", "--output_dir", "out"]
     result = run_cli(args, offline_env(tmp_path), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert re.search(r"scoring/judge/timed_out=0", result.stderr), result.stderr[-3000:]
+    logs = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert logs[0]["scoring/judge/timed_out"] == 0, logs  # the judge's counts are logged, with the timeout on
 
 
 @pytest.mark.slow
