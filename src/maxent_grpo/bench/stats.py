@@ -25,6 +25,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -130,6 +131,14 @@ def _point(method: str, n: int, estimate: float) -> Difference:
     return Difference(method, n, estimate, estimate, estimate, estimate, estimate, None, 0.0)
 
 
+def _from_intervals(method: str, n: int, estimate: float, ci: Any, tost: Any, dof: Any, spread: float) -> Difference:
+    """A `Difference` from SciPy's intervals, as plain floats (SciPy's are NumPy scalars, whose comparisons give NumPy
+    booleans that JSON cannot write)."""
+    return Difference(
+        method, n, estimate, float(ci.low), float(ci.high), float(tost.low), float(tost.high), float(dof), spread
+    )
+
+
 def paired_difference(baseline: Sequence[float], other: Sequence[float]) -> Difference:
     """The paired t interval of ``other[i] - baseline[i]`` (``scipy.stats.ttest_rel``), one pair per seed.
 
@@ -147,9 +156,7 @@ def paired_difference(baseline: Sequence[float], other: Sequence[float]) -> Diff
     result = scipy_stats.ttest_rel(other, baseline)
     ci = result.confidence_interval(CONFIDENCE)
     tost = result.confidence_interval(1.0 - 2.0 * ALPHA)
-    return Difference(
-        PAIRED, len(differences), estimate, ci.low, ci.high, tost.low, tost.high, float(result.df), spread
-    )
+    return _from_intervals(PAIRED, len(differences), estimate, ci, tost, result.df, spread)
 
 
 def welch_difference(baseline: Sequence[float], other: Sequence[float]) -> Difference:
@@ -168,7 +175,7 @@ def welch_difference(baseline: Sequence[float], other: Sequence[float]) -> Diffe
     result = scipy_stats.ttest_ind(other, baseline, equal_var=False)
     ci = result.confidence_interval(CONFIDENCE)
     tost = result.confidence_interval(1.0 - 2.0 * ALPHA)
-    return Difference(WELCH, n, estimate, ci.low, ci.high, tost.low, tost.high, float(result.df), spread)
+    return _from_intervals(WELCH, n, estimate, ci, tost, result.df, spread)
 
 
 def seeds_to_decide(estimate: float, spread: float, margin: float, seeds: int) -> int | None:

@@ -198,3 +198,15 @@ def test_step_series_derives_tokens_per_second_and_skips_the_summary_entry():
     assert mean_after_warmup(series["step_time"], warmup_steps=0) == pytest.approx(3.5 / 3)
     with pytest.raises(ValueError, match="warm-up"):
         mean_after_warmup(series["loss"], warmup_steps=4)
+
+
+def test_differences_are_plain_floats_that_json_can_write():
+    import json
+
+    for difference in (
+        paired_difference([0.1, 0.4, 0.2], [0.3, 0.5, 0.6]),
+        welch_difference([0.1, 0.4, 0.2], [0.3, 0.5]),
+    ):
+        fields = (difference.ci_low, difference.ci_high, difference.tost_low, difference.tost_high, difference.dof)
+        assert all(type(value) is float for value in fields), fields
+        json.dumps({"differs": difference.ci_low > 0.0, "verdict": difference.verdict})
