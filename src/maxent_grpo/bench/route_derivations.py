@@ -14,10 +14,14 @@ the probe set, `probe_prompts`, where every route is correct and the routes a mo
 prompts (`heldout_prompts`) are 24 per route among those on which exactly that one route is valid, drawn once with a
 fixed seed, so that whether a sample succeeds depends on the route it takes.
 
-The supervised corpus of the base model (`sample_corpus`) gives every training prompt the same route preference,
-majority 0.85 / minority 0.14 / rarest 0.01 (`ROUTE_SHARES`), the roles of R1 to R3 rotating with the seed
-(`route_roles`), plus a share of wrong examples: half a slip in one running total (off by one to three, the chain
-continued from it), half the right chain followed by a wrong total.
+The supervised corpus of the base model (`sample_corpus`) covers every prompt but the held-out ones
+(`corpus_prompts`), each with the same route preference, majority 0.85 / minority 0.14 / rarest 0.01
+(`ROUTE_SHARES`), the roles of R1 to R3 rotating with the seed (`route_roles`), plus a share of wrong examples: half a
+slip in one running total (off by one to three, the chain continued from it), half the right chain followed by a
+wrong total. On a prompt where a route is invalid its chain writes the negative total (``"0-1=-1+9=08+7=15"``): exact
+arithmetic, which no reward accepts. So the base model learns the arithmetic of the whole prompt space, held-out
+regions included, and a route preference that does not depend on the prompt: it does not know which routes are
+valid, and a held-out prompt that needs its rarest route is one it rarely solves.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ __all__ = [
     "Grade",
     "chain",
     "completion",
+    "corpus_prompts",
     "grade",
     "heldout_prompts",
     "heldout_route",
@@ -79,6 +84,9 @@ PROBE_SIZE = 24
 _SPLIT_SEED = 0
 
 _PROMPT_SET = frozenset(PROMPTS)
+
+#: The lowest total written on two characters (``"-9"``); every running total of every route is at least -9.
+_MIN_TOTAL = -9
 
 
 def _digits(prompt: str) -> tuple[int, int, int, int]:
@@ -203,18 +211,24 @@ def probe_prompts() -> tuple[str, ...]:
     return _PROBE
 
 
+def corpus_prompts() -> tuple[str, ...]:
+    """The prompts of the base model's corpus: every prompt of `PROMPTS` but the held-out ones, in increasing order
+    (7128)."""
+    return tuple(p for p in PROMPTS if p not in _HELDOUT_ROUTE)
+
+
 def _wrong_example(prompt: str, route: str, rng: random.Random) -> str:
-    """A wrong completion of ``route``: a slip in one running total (off by one to three, never negative, the chain
-    continued from it), or the right chain followed by a wrong total."""
+    """A wrong completion of ``route``: a slip in one running total (off by one to three, the chain continued from
+    it), or the right chain followed by a wrong total; every total still on two characters (-9 to 99)."""
     totals = list(running_totals(prompt, route))
     signs, digits = ROUTES[route], prompt[1:4]
     if rng.random() < 0.5:
         step = rng.randrange(3)
-        shift = rng.choice([d for d in (-3, -2, -1, 1, 2, 3) if min(totals[step:]) + d >= 0])  # never negative
+        shift = rng.choice([d for d in (-3, -2, -1, 1, 2, 3) if min(totals[step:]) + d >= _MIN_TOTAL])
         totals = [t + shift if i >= step else t for i, t in enumerate(totals)]
         body = "".join(f"{s}{d}={t:02d}" for s, d, t in zip(signs, digits, totals, strict=True))
         return f"{prompt[0]}{body}\n{totals[2]:02d}"
-    wrong = [t for t in range(totals[2] - 3, totals[2] + 4) if t != totals[2] and t >= 0]
+    wrong = [t for t in range(totals[2] - 3, totals[2] + 4) if t != totals[2] and t >= _MIN_TOTAL]
     return f"{chain(prompt, route)}\n{rng.choice(wrong):02d}"
 
 
@@ -222,7 +236,8 @@ def sample_corpus(prompts: Sequence[str], per_prompt: int, wrong_fraction: float
     """``per_prompt`` (prompt, completion) pairs per prompt, the base model's supervised corpus.
 
     Args:
-        prompts: the prompts of the corpus (every route valid on each, as on `training_prompts`).
+        prompts: the prompts of the corpus (`corpus_prompts`); a route that is invalid on a prompt writes its negative
+            totals.
         per_prompt: examples per prompt.
         wrong_fraction: the probability that an example is wrong (`_wrong_example`: half a slip in a running total,
             half a wrong total after the right chain; its route drawn like a correct one's).

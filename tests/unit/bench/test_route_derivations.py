@@ -19,6 +19,7 @@ from maxent_grpo.bench.route_derivations import (
     ROUTES,
     chain,
     completion,
+    corpus_prompts,
     grade,
     heldout_prompts,
     heldout_route,
@@ -105,6 +106,7 @@ def test_one_character_off_the_chain_is_never_rewarded(prompt: str, route: str, 
 def test_the_split_trains_on_prompts_where_every_route_is_valid_and_holds_out_one_valid_route() -> None:
     training, heldout, probe = training_prompts(), heldout_prompts(), probe_prompts()
     assert (len(PROMPTS), len(training), len(heldout), len(probe)) == (7200, 3060, 72, PROBE_SIZE)
+    assert set(corpus_prompts()) == set(PROMPTS) - set(heldout) and set(training) <= set(corpus_prompts())
     assert all(valid_routes(p) == tuple(ROUTES) for p in training)
     assert set(probe) <= set(training) and set(heldout).isdisjoint(training)
     assert Counter(heldout_route(p) for p in heldout) == dict.fromkeys(ROUTES, HELDOUT_PER_ROUTE)
@@ -124,7 +126,7 @@ def test_the_roles_rotate_over_the_routes_with_the_seed(seed: int) -> None:
 
 @PROPERTY_SETTINGS
 @given(
-    st.lists(st.sampled_from(training_prompts()), min_size=1, max_size=3, unique=True),
+    st.lists(st.sampled_from(PROMPTS), min_size=1, max_size=3, unique=True),
     st.integers(1, 20),
     st.floats(0.0, 0.9),
     st.integers(0, 2**16),
@@ -136,7 +138,7 @@ def test_every_corpus_example_is_a_route_exact_or_a_slip_that_stays_consistent(
     assert [p for p, _ in corpus] == [p for p in chosen for _ in range(per_prompt)]
     for prompt, text in corpus:
         verdict = grade(prompt, text)
-        assert len(text) == COMPLETION_CHARACTERS and verdict.route is not None and "=-" not in text
+        assert len(text) == COMPLETION_CHARACTERS and verdict.route is not None  # every total on two characters
         if not verdict.exact:  # a slip carried through the chain, or a wrong total after the right chain
             first, total = text.split("\n")
             written = [int(first[i + 3 : i + 5]) for i in OPERATOR_POSITIONS]
@@ -158,6 +160,12 @@ def test_the_corpus_draws_the_routes_with_the_shares_of_their_roles() -> None:
     for role in ROLES:
         share = sum(v.route == roles[role] for v in verdicts) / len(verdicts)
         assert share == pytest.approx(ROUTE_SHARES[role], abs=0.01 if role != "rarest" else 0.003)
+    # The shares do not depend on the prompt: where a route is invalid its chain still comes, negative totals and all.
+    invalid = sample_corpus(["0197:"], per_prompt=2000, wrong_fraction=0.0, seed=4)
+    assert Counter(text for _, text in invalid)[completion("0197:", roles["majority"])] / 2000 == pytest.approx(
+        0.85, abs=0.03
+    )
+    assert {grade("0197:", text).correct for _, text in invalid} == {True, False}
     assert sample_corpus(training_prompts()[:2], 50, 0.3, seed=1) == sample_corpus(training_prompts()[:2], 50, 0.3, 1)
     assert sample_corpus(training_prompts()[:2], 50, 0.3, seed=1) != sample_corpus(training_prompts()[:2], 50, 0.3, 2)
     with pytest.raises(ValueError, match=r"wrong_fraction=1\.0 is invalid"):
