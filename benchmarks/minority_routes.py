@@ -94,8 +94,8 @@ NAME = "minority_routes"
 COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / NAME
 KS = (1, 4, 16, 64, 256)
 ALPHABET = "0123456789+-=:\n"
-HIDDEN_SIZE = 64
-NUM_LAYERS = 1
+HIDDEN_SIZE = 128
+NUM_LAYERS = 2
 #: Tokens of a completion: the chain's sixteen characters, the newline, the total's two, and EOS.
 COMPLETION_LENGTH = 20
 NUM_GENERATIONS = 8
@@ -103,7 +103,7 @@ LEARNING_RATE = 5e-4
 
 #: The base model's supervised run: corpus per training prompt and its wrong share, steps and batch.
 CORPUS = {"per_prompt": 8, "wrong_fraction": 0.2}
-PRETRAIN_STEPS = 300
+PRETRAIN_STEPS = 1000
 PRETRAIN_BATCH = 256
 PRETRAIN_LR = 3e-3
 
