@@ -37,9 +37,11 @@ probabilities, EOS included): their product is p; on the probe set, the distinct
 samples and each role's share of the samples; the final training reward. The calibration gates of the page
 (`calibration`) are checked whenever the base model and GRPO ran.
 
-    python benchmarks/minority_routes.py [--seeds 8] [--first-seed 0] [--steps 96] [--prompts-per-step 8]
+    python benchmarks/minority_routes.py [--seeds 11] [--first-seed 0] [--steps 96] [--prompts-per-step 8]
                                          [--samples 256] [--methods ...] [--entropy-grid C ...]
                                          [--maxent FIELD=VALUE ...] [--output-dir DIR | --update-results]
+
+The calibration is ``--first-seed 100 --seeds 4 --methods grpo``; the pre-registered run ``--seeds 8``.
 
 It writes ``minority_routes.json`` (the schema of ``reasoning_boundary.json``: settings; per method ``pass_at_k`` /
 ``exact_pass_at_k`` and the per-role ``exact_pass_at_k_<role>``, k as a string -> mean over seeds, with the per-seed
