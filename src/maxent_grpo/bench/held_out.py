@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["correct_probabilities", "exact_pass_at_k", "sample"]
+__all__ = ["completion_log_probabilities", "correct_probabilities", "exact_pass_at_k", "sample"]
 
 
 @torch.no_grad()
@@ -77,6 +77,33 @@ def sample(
 
 
 @torch.no_grad()
+def completion_log_probabilities(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    append_eos: bool = False,
+) -> torch.Tensor:
+    """The log-probability of every token of each completion at temperature 1, read off the logits.
+
+    Args:
+        model: the model, put in eval mode.
+        tokenizer: its tokenizer; every prompt and every completion must encode to one number of tokens each.
+        pairs: (prompt, completion) pairs.
+        append_eos: whether the EOS token is appended to each completion, its log-probability included.
+
+    Returns:
+        A ``(len(pairs), completion tokens)`` tensor: row i, column j is log P(token j of completion i | the prompt and
+        the tokens before it).
+    """
+    model.eval()
+    eos = [tokenizer.eos_token_id] if append_eos else []
+    ids = torch.tensor([tokenizer(prompt + text)["input_ids"] + eos for prompt, text in pairs])
+    length = ids.shape[1] - len(tokenizer(pairs[0][0])["input_ids"])
+    logps = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float().log_softmax(-1)
+    return logps[:, -length - 1 : -1].gather(-1, ids[:, -length:].unsqueeze(-1)).squeeze(-1)
+
+
 def correct_probabilities(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -88,7 +115,8 @@ def correct_probabilities(
     """Per prompt, the exact probability that one completion sampled at temperature 1 (`sample`'s default) is correct.
 
     It is the sum over the prompt's correct completions of their probabilities, each the product of its tokens'
-    probabilities read off the logits: no sampling noise, unlike a count of correct samples.
+    probabilities read off the logits (`completion_log_probabilities`): no sampling noise, unlike a count of correct
+    samples.
 
     Args:
         model: the model, put in eval mode.
@@ -101,14 +129,9 @@ def correct_probabilities(
     Returns:
         Per prompt, the probability of a correct completion.
     """
-    model.eval()
-    eos = [tokenizer.eos_token_id] if append_eos else []
     rows = [(i, prompt, text) for i, prompt in enumerate(prompts) for text in correct_completions(prompt)]
-    ids = torch.tensor([tokenizer(prompt + text)["input_ids"] + eos for _, prompt, text in rows])
-    length = ids.shape[1] - len(tokenizer(rows[0][1])["input_ids"])
-    logps = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float().log_softmax(-1)
-    completion_ids = ids[:, -length:].unsqueeze(-1)
-    completion_logps = logps[:, -length - 1 : -1].gather(-1, completion_ids).squeeze(-1).sum(-1)
+    pairs = [(prompt, text) for _, prompt, text in rows]
+    completion_logps = completion_log_probabilities(model, tokenizer, pairs, append_eos=append_eos).sum(-1)
     totals = [0.0] * len(prompts)
     for (i, _, _), logp in zip(rows, completion_logps.tolist(), strict=True):
         totals[i] += math.exp(logp)

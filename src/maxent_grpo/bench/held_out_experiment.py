@@ -68,6 +68,10 @@ class HeldOutTask:
         minus: the columns of the MaxEnt-minus table: header, figure key, k (None for a number).
         title: the figure's title, with ``{training}`` and ``{heldout}`` (the numbers of prompts).
         recorded: task settings the JSON records after ``learning_rate``.
+        more_figures: figures a run adds that need more than `evaluate` sees (a probe set of training prompts, a split
+            of the held-out prompts that depends on the seed): ``more_figures(model, tokenizer, figures, seed,
+            samples)`` returns them, ``figures`` being the run's held-out figures so far (with
+            ``correct_probability_per_prompt``) and ``samples`` the completions ``--samples`` asks per prompt.
     """
 
     pretrain_base: Callable[[PreTrainedTokenizerBase, int], PreTrainedModel]
@@ -93,6 +97,9 @@ class HeldOutTask:
     minus: tuple[tuple[str, str, int | None], ...]
     title: str
     recorded: Mapping[str, Any] = field(default_factory=dict)
+    more_figures: (
+        Callable[[PreTrainedModel, PreTrainedTokenizerBase, Mapping[str, Any], int, int], dict[str, Any]] | None
+    ) = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +186,8 @@ def run_methods(
             probabilities = task.correct_probabilities(model, tokenizer, heldout)
             figures["exact_pass_at_k"] = task.exact_pass_at_k(probabilities)
             figures["correct_probability_per_prompt"] = dict(zip(heldout, probabilities, strict=True))
+            if task.more_figures is not None:
+                figures |= task.more_figures(model, tokenizer, figures, seed, args.samples)
             if method != "base":
                 figures["final_training_reward"] = statistics.fmean(recorder.rewards[-SMOOTHING_WINDOW:])
             seconds = time.perf_counter() - run_start

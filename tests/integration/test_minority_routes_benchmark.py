@@ -1,0 +1,108 @@
+"""Smoke test of the minority-routes benchmark: its reward, evaluation and gates, and a run end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from maxent_grpo.bench.route_derivations import ROLES, completion, route_roles
+from maxent_grpo.bench.stats import summarize
+from tests.integration.test_reasoning_boundary_benchmark import assert_pass_at_k_over_seeds
+from tests.support.benchmark_script import load_benchmark
+
+
+def test_reward_and_held_out_evaluation() -> None:
+    benchmark = load_benchmark("minority_routes")
+    prompts = ["5310:", "5310:", "5310:", "0197:", "0197:"]
+    completions = [completion("5310:", "R2"), completion("5310:", "R3"), "5+3=08-1=07+0=07\n08"]
+    completions += [completion("0197:", "R1"), completion("0197:", "R3")]  # R3 is exact but invalid on "0197:"
+    assert benchmark.route_reward(completions, prompts) == [1.0, 1.0, 0.0, 1.0, 0.0]
+    group = [completion("0197:", "R1")] * 64 + [completion("0197:", "R3")] * 128 + ["0+1=01"] * 64
+    figures = benchmark.evaluate(["0197:"], [group])
+    assert figures["pass_at_k"]["1"] == pytest.approx(0.25) and figures["pass_at_k"]["256"] == 1.0
+    assert figures["correct_per_prompt"] == {"0197:": 64}
+    assert figures["sampled_routes_per_prompt"] == {"0197:": {"R1": 64, "R2": 0, "R3": 128}}
+
+
+def test_the_calibration_gates() -> None:
+    benchmark = load_benchmark("minority_routes")
+    base = {f"route_exactness_{role}": 0.5 for role in ROLES} | {"route_share_rarest": 0.01}
+    base["exact_pass_at_k"] = {"256": 0.7}
+    grpo = {"route_share_rarest": 0.004}
+    passed = benchmark.calibration({"base": base, "grpo": grpo})
+    assert passed["passed"] and passed["rarest_route_share"] == {"base": 0.01, "grpo": 0.004}
+    failed = benchmark.calibration(
+        {
+            "base": base | {"route_exactness_rarest": 0.1, "exact_pass_at_k": {"256": 0.95}},
+            "grpo": {"route_share_rarest": 0.006},
+        }
+    )
+    assert failed["gates"] == dict.fromkeys(failed["gates"], False) and not failed["passed"]
+    assert benchmark.calibration({"base": base}) is None
+
+
+@pytest.mark.slow
+def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    benchmark = load_benchmark("minority_routes")
+    benchmark.PRETRAIN_STEPS, benchmark.PRETRAIN_BATCH = 40, 64  # a weak base checks the run's plumbing as well
+    prompts = ("0197:", "0102:", "0025:")  # one per route: only R1, only R2, only R3 is valid
+    benchmark.heldout_prompts = lambda: prompts
+    benchmark.probe_prompts = lambda: ("5310:", "9870:")
+    argv = ["--seeds", "2", "--first-seed", "3", "--steps", "2", "--prompts-per-step", "2", "--samples", "256"]
+    argv += ["--entropy-grid", "0.01", "0.1", "--output-dir", str(tmp_path)]
+    result = benchmark.main(argv)
+
+    written = json.loads((tmp_path / "minority_routes.json").read_text())
+    assert written == json.loads(json.dumps(result))
+    methods = ["grpo", "grpo_entropy_fixed", "grpo_entropy", "grpo_top_entropy", "maxent"]
+    assert list(written["summary"]) == ["base", *methods]
+    assert [(run["method"], run["seed"]) for run in written["runs"]] == [
+        (m, s) for s in (3, 4) for m in ["base", *methods]
+    ]
+    assert written["settings"]["heldout_prompts"] == list(prompts)
+    assert written["entropy_grid"]["chosen"] in (0.01, 0.1)
+    assert_pass_at_k_over_seeds(written["summary"], seeds=2)
+    for method, figures in written["summary"].items():
+        for role in ROLES:
+            assert set(figures[f"exact_pass_at_k_{role}"]) == {str(k) for k in benchmark.KS}
+            assert len(figures[f"route_share_{role}_per_seed"]) == 2
+        assert ("final_training_reward" in figures) == (method != "base")
+    minus = written["maxent_minus"]
+    for k in ("1", "16", "256"):
+        for other in ("base", *methods[:-1]):
+            difference = minus["exact_pass_at_k"][other][k]
+            assert set(difference) == {"mean", "ci95"} and len(difference["ci95"]) == 2
+    by_seed = {(run["method"], run["seed"]): run for run in written["runs"]}
+    paired = summarize(
+        [by_seed["maxent", s]["route_exactness"] - by_seed["grpo", s]["route_exactness"] for s in (3, 4)]
+    )
+    assert minus["route_exactness"]["grpo"]["mean"] == pytest.approx(paired.mean)
+    n = written["settings"]["samples"]
+    for run in written["runs"]:
+        assert run["route_roles"] == route_roles(run["seed"])
+        for prompt in prompts:  # one valid route: its probability times its exactness is the prompt's success
+            p = run["correct_probability_per_prompt"][prompt]
+            product = run["route_probability_per_prompt"][prompt] * run["route_exactness_per_prompt"][prompt]
+            assert product == pytest.approx(p, rel=1e-4, abs=1e-12)
+            c = run["correct_per_prompt"][prompt]  # and the exact probability is what sampling measures
+            assert abs(c / n - p) <= 5 * math.sqrt(p * (1 - p) / n) + 0.01, (run["method"], prompt, c, p)
+        rarest = [
+            p for p in prompts if p == {"R1": "0197:", "R2": "0102:", "R3": "0025:"}[run["route_roles"]["rarest"]]
+        ]
+        assert run["exact_pass_at_k_rarest"]["1"] == pytest.approx(run["correct_probability_per_prompt"][rarest[0]])
+        shares = [run[f"route_share_{role}"] for role in ROLES]
+        assert 0.0 <= sum(shares) <= 1.0 + 1e-9 and 0.0 <= run["distinct_correct"] <= 3.0
+    calibration = written["calibration"]
+    assert set(calibration["gates"]) == {
+        "base_exactness_every_role",
+        "base_exact_pass_at_256_in_range",
+        "grpo_halves_rarest_share",
+    }
+    assert calibration["passed"] == all(calibration["gates"].values())
+    printed = capsys.readouterr().out
+    assert "MaxEnt minus each method, paired by seed" in printed and "calibration gates: " in printed
+    for name in ("minority_routes.png", "minority_routes_roles.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
