@@ -575,7 +575,13 @@ def test_a_pool_with_no_server_up_raises_once_none_came_up(tokenizer, refusing_p
 
 @pytest.mark.parametrize(
     ("urls", "match"),
-    [(["http://127.0.0.1:1"], "at least two"), (["http://127.0.0.1:1", "http://127.0.0.1:1/"], "more than once")],
+    [
+        (["http://127.0.0.1:1"], "at least two"),
+        (
+            ["http://127.0.0.1:1", "http://localhost:1/"],
+            "'http://127.0.0.1:1' and 'http://localhost:1' reach the same",
+        ),
+    ],
 )
 def test_a_pool_refuses_fewer_than_two_or_repeated_urls(tokenizer, urls, match):
     with pytest.raises(ValueError, match=match):

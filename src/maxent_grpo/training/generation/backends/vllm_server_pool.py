@@ -69,6 +69,7 @@ from maxent_grpo.training.generation.backends.vllm_server import (
 )
 from maxent_grpo.training.generation.contract.protocol import Completion, TokenPrompt
 from maxent_grpo.training.generation.contract.sampling import SamplingSettings
+from maxent_grpo.training.generation.server_client.server_address import same_server
 from maxent_grpo.training.generation.server_client.transport import (
     BACKEND_TIMEOUT_SETTING,
     HealthWait,
@@ -96,7 +97,7 @@ class VLLMServerPool:
     """Generate with several vLLM servers; see the module docstring.
 
     Args:
-        base_urls: the servers' root URLs (at least two, all different), e.g. ``["http://gen0:8000",
+        base_urls: the servers' root URLs (at least two, each reaching another server: `server_address`), e.g. ``["http://gen0:8000",
             "http://gen1:8000"]``; a server's index in this list names it in ``stats`` and in log lines.
         weights_directory: the disk transport's directory, which every server must read under the same path; None:
             the servers keep their own weights (off-policy, warned once).
@@ -120,9 +121,8 @@ class VLLMServerPool:
         urls = [url.rstrip("/") if isinstance(url, str) else url for url in base_urls]
         if len(urls) < 2:
             raise ValueError(f"a pool needs at least two server URLs, got {list(base_urls)!r}")
-        repeated = sorted({url for url in urls if urls.count(url) > 1})
-        if repeated:
-            raise ValueError(f"each server URL must appear once, got {repeated} more than once")
+        if (twice := same_server(urls)) is not None:
+            raise ValueError(f"each server must appear once: {twice[0]!r} and {twice[1]!r} reach the same one")
         sampling: SamplingSettings = options.pop("sampling")
         # One directory for all: each version is written once, and a delta's whole weights once, for any server.
         directory = (
