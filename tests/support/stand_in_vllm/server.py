@@ -15,10 +15,10 @@ With ``--weight-endpoints`` it also takes the disk weight transfer's routes (who
 ``GET /weight_info``, ``POST /collective_rpc`` running the reload (the version's safetensors files loaded into the
 model), ``POST /reset_prefix_cache`` and ``POST /update_weight_version``.
 
-Grey failures: ``--token-seconds`` makes every completion request take at least that long per generated token (a
-sleep, so the server's throughput is fixed whatever the machine's load, one request at a time); ``SIGUSR1`` switches
-*hanging* on and off: while on, completion requests and reloads wait (``/health`` and ``/v1/models`` still answer),
-and those waiting answer late once it is switched off.
+Grey failures: ``--token-seconds`` makes every completion request take that long per token asked for (``n`` times
+``max_tokens``; a sleep, so the server's throughput is fixed whatever the machine's load, one request at a time);
+``SIGUSR1`` switches *hanging* on and off: while on, completion requests and reloads wait (``/health`` and
+``/v1/models`` still answer), and those waiting answer late once it is switched off.
 
 Faults are injected on ``/v1/completions`` only (``/health`` and ``/v1/models`` are never faulty), each request
 drawing from its own generator seeded by ``--seed`` and the request's arrival number, so a run that sends requests
@@ -210,9 +210,10 @@ class TinyEngine:
                 return_dict_in_generate=True,
                 **kwargs,
             )
-            generated = out.sequences[:, input_ids.shape[1] :]
-            # A fixed throughput: the request takes at least token_seconds per token generated (n x its length).
-            time.sleep(max(self.token_seconds * generated.numel() - (time.monotonic() - began), 0.0))
+            # A fixed throughput: the request takes token_seconds per token asked for (n x max_tokens), as if every
+            # completion ran to max_tokens, however early it stopped and however loaded the machine is.
+            time.sleep(max(self.token_seconds * params.n * params.max_tokens - (time.monotonic() - began), 0.0))
+        generated = out.sequences[:, input_ids.shape[1] :]
         logprobs = torch.stack(out.scores, dim=1).float().log_softmax(dim=-1)  # [n, T, V]
         return [self._to_sample(generated[row], logprobs[row], params.logprobs) for row in range(params.n)]
 
@@ -675,8 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--token-seconds",
         type=float,
         default=0.0,
-        help="seconds per generated token (all completions of a request together), slept:\na fixed throughput "
-        "(default: 0)",
+        help="seconds per token asked for (n x max_tokens, all of a request's completions),\nslept: a fixed "
+        "throughput (default: 0)",
     )
     parser.add_argument(
         "--weight-endpoints",

@@ -196,8 +196,10 @@ class PoolCall:
         return at if deadline is None else min(at, deadline - 2 * slowest)
 
     def _until_hedge(self) -> float | None:
+        """Seconds until a hedge is due, or None while none can be sent (no share answered, no laggard, or no server
+        free to stand in)."""
         at = self._hedge_at()
-        if at is None or not self._laggards():
+        if at is None or not any(j != k for k in self._laggards() for j in self.idle):
             return None
         return max(at - time.monotonic(), 0.0)
 
@@ -215,7 +217,7 @@ class PoolCall:
         for k in self._laggards():
             free = [j for j in self.idle if j != k]
             if not free:
-                return
+                continue
             j = max(free, key=lambda s: (self.pool.members[s].rate or 0.0, -s))
             self.idle.remove(j)
             indices = self.shares[k]
