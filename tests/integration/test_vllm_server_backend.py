@@ -126,6 +126,7 @@ def test_fault_free_groups_have_the_asked_sizes_and_consistent_tokens(servers, t
         "requests": 3,
         "retries": 0,
         "infrastructure_failures": 0,
+        "timeouts": 0,
         "bad_data": 0,
         "out_of_time": 0,
         "weight_pushes": 0,
@@ -284,6 +285,7 @@ def test_a_prompt_the_server_rejects_leaves_only_its_own_group_empty(servers, to
         "requests": 3,
         "retries": 0,
         "infrastructure_failures": 0,
+        "timeouts": 0,
         "bad_data": 1,
         "out_of_time": 0,
         "weight_pushes": 0,
@@ -313,7 +315,7 @@ def test_delays_beyond_the_request_timeout_do_not_hang(servers, tokenizer, backe
 
     assert groups == [[], []]
     assert elapsed < 10  # 2 attempts of 0.5 s each, side by side; the server would answer after 30 s
-    assert backend.stats["infrastructure_failures"] == 2
+    assert backend.stats["infrastructure_failures"] == 2 and backend.stats["timeouts"] == 2  # it hangs
     assert backend.stats["requests"] == 4
     failures = [m for m in messages(backend_logs) if m.startswith("infrastructure failure")]
     assert len(failures) == 2
