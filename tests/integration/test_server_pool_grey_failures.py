@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,29 @@ def test_a_single_hung_server_costs_one_request_timeout_then_a_canary_per_call(s
     groups = backend.generate(PROMPTS, [2] * 4)  # the canary is answered: it generates again
     assert [len(group) for group in groups] == [2] * 4
     backend.close()
+
+
+def test_a_call_made_ahead_while_a_server_hangs_ends_and_the_version_staged_meanwhile_is_served_next(
+    servers, hung_b, tokenizer, tiny_model_dir, tmp_path
+):
+    """`async_generation`'s call ahead: the call runs on another thread while the next version is staged, and is
+    published once it is back. A server that hangs during it costs no group, and the next call serves the new
+    version."""
+    pool = make_pool([servers["a"].url, hung_b.url], tokenizer, weights_directory=tmp_path / "weights")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    pool.sync_weights(model)
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        ahead = thread.submit(pool.generate, PROMPTS, [2] * 4)
+        with torch.no_grad():
+            next(model.parameters()).add_(0.01)
+        pool.stage_weights(model)  # the next version, written while the call is in flight
+        groups = ahead.result(timeout=CALL_BOUND)
+    pool.publish_staged_weights()
+
+    assert [len(group) for group in groups] == [2] * 4
+    assert pool.stats["servers/1/hangs"] == 1
+    assert {completion.weight_version for group in groups for completion in group} == {"1-" + pool.weight_version[2:]}
+    sizes, seconds = timed_call(pool, [2] * 4, budget=8.0)
+    assert sizes == [2] * 4 and seconds < CALL_BOUND
+    assert pool.servers[0].disk_weights.served_version(within_step=False) == pool.weight_version
+    pool.close()
