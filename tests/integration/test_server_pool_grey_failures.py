@@ -156,6 +156,22 @@ def test_a_server_hung_in_the_weight_push_is_marked_down_and_gets_the_weights_on
     pool.close()
 
 
+def test_a_server_that_hangs_while_it_only_loads_the_weights_is_cut_off_and_marked_down(
+    servers, hung_b, tokenizer, tiny_model_dir, tmp_path
+):
+    # A call that asks for nothing (another process's retry round, say) still loads the new version everywhere.
+    pool = make_pool([servers["a"].url, hung_b.url], tokenizer, weights_directory=tmp_path / "weights")
+    pool.sync_weights(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32))
+
+    sizes, seconds = timed_call(pool, [0, 0])
+
+    assert sizes == [0, 0] and seconds < CALL_BOUND  # not the request timeout (60 s)
+    assert pool.stats["servers/1/hangs"] == 1 and pool.servers[0].stats["weight_pushes"] == 1
+    assert timed_call(pool, [2, 2, 2, 2], budget=8.0)[0] == [2, 2, 2, 2]
+    assert pool.stats["servers/1/requests"] == 0
+    pool.close()
+
+
 def test_a_slow_server_gets_a_smaller_share(servers, tokenizer):
     pool = make_pool([servers["fast"].url, servers["slow"].url], tokenizer)
     prompts = PROMPTS * 2

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
 #: A lagging server's groups are sent again once the call has lasted this many times the slowest full answer so far.
 HEDGE_AFTER = 3.0
-#: ... and never before this many seconds (a call's own jitter is no lag).
-HEDGE_MIN_SECONDS = 0.5
+#: ... and never before this many seconds: a call's own jitter, or one server's weight reload taking longer than
+#: another's, is no lag (a server that loses its hedge is marked down).
+HEDGE_MIN_SECONDS = 5.0
 #: Seconds a hedge that lost, once cut off, is waited for before the call returns.
 CUT_OFF_WAIT_SECONDS = 2.0
 
@@ -95,6 +96,7 @@ class PoolCall:
         self.start = time.monotonic()
         self.running: dict[Future[Outcome], _Send] = {}
         self.answered: dict[int, float] = {}  # servers that answered their share in full -> seconds taken
+        self.finished: dict[int, float] = {}  # servers whose call ended without a failure, share or not -> seconds
         self.idle: list[int] = []  # servers whose call ended without a failure, free for a hedge
         self.hedged: dict[int, Future[Outcome]] = {}  # lagging server -> its hedge
         self.lost: list[Future[Outcome]] = []  # hedges cut off because the server they stood in for answered first
@@ -117,7 +119,7 @@ class PoolCall:
             wait(self.running, timeout=CUT_OFF_WAIT_SECONDS)
             self.pool.set_deadline(self.pool.deadline)
             raise
-        if self.answered:  # a share still out at the deadline while others answered: it hangs
+        if self.answered or self.finished:  # still out at the deadline while others answered: it hangs
             for k in self.out_of_time:
                 self.pool.mark_down(k, "hung", "its requests were still out at the step's deadline while the other "
                                     "servers answered")  # fmt: skip
@@ -165,7 +167,7 @@ class PoolCall:
             if lagging is not None:
                 self.running.pop(lagging)
                 self.pool.members[owner].at_most(sum(self.counts[i] for i in send.indices), outcome.seconds)
-                slowest = max(self.answered.values())
+                slowest = max((self.answered or self.finished).values())
                 self.pool.abandoned(
                     owner,
                     lagging,
@@ -182,45 +184,59 @@ class PoolCall:
             self.out_of_time.append(k)
         if complete:
             self.idle.append(k)
+            self.finished[k] = outcome.seconds
             if send.indices and send.stands_in_for is None:
                 self.answered[k] = outcome.seconds
                 self.pool.members[k].measured(sum(len(group) for group in outcome.groups), outcome.seconds)
 
     def _hedge_at(self) -> float | None:
         """When the laggards are hedged (a `time.monotonic` instant), or None while no share has been answered."""
-        if not self.answered:
+        reference = self.answered or self.finished  # shares answered; else (no prompt asked) pushes done
+        if not reference:
             return None
-        slowest = max(self.answered.values())
+        slowest = max(reference.values())
         at = self.start + max(HEDGE_AFTER * slowest, HEDGE_MIN_SECONDS)
         deadline = self.pool.deadline
         return at if deadline is None else min(at, deadline - 2 * slowest)
 
     def _until_hedge(self) -> float | None:
         """Seconds until a hedge is due, or None while none can be sent (no share answered, no laggard, or no server
-        free to stand in)."""
+        free to stand in for one)."""
         at = self._hedge_at()
-        if at is None or not any(j != k for k in self._laggards() for j in self.idle):
+        due = any(not send.indices or any(j != send.server for j in self.idle) for _, send in self._laggards())
+        if at is None or not due:
             return None
         return max(at - time.monotonic(), 0.0)
 
-    def _laggards(self) -> list[int]:
+    def _laggards(self) -> list[tuple[Future[Outcome], _Send]]:
+        """The servers' own calls still out and not hedged yet (a call without prompts only loads the weights)."""
         return [
-            send.server
-            for send in self.running.values()
-            if send.stands_in_for is None and send.indices and send.server not in self.hedged
+            (future, send)
+            for future, send in self.running.items()
+            if send.stands_in_for is None and send.server not in self.hedged
         ]
 
     def _hedge(self) -> None:
         at = self._hedge_at()
         if at is None or time.monotonic() < at:
             return
-        for k in self._laggards():
+        slowest = max((self.answered or self.finished).values())
+        for future, send in self._laggards():
+            k = send.server
+            if not send.indices:  # only loading the weights, for longer than the others took to load and generate
+                del self.running[future]
+                self.pool.abandoned(
+                    k,
+                    future,
+                    f"its weight push was not done in {time.monotonic() - self.start:.1f} s, while the others had "
+                    f"theirs done and answered in {slowest:.1f} s",
+                )
+                continue
             free = [j for j in self.idle if j != k]
             if not free:
                 continue
             j = max(free, key=lambda s: (self.pool.members[s].rate or 0.0, -s))
             self.idle.remove(j)
-            indices = self.shares[k]
             self.pool.count_hedge(k)
-            self._send(_Send(j, indices, k))
+            self._send(_Send(j, send.indices, k))
             self.hedged[k] = next(f for f, s in self.running.items() if s.server == j and s.stands_in_for == k)

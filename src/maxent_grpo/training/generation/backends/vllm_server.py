@@ -274,8 +274,9 @@ class VLLMServerBackend:
         weights = self._weights
         seeds = self._seeds.next_call(len(asked))
         if not asked:
-            if weights is not None and weights.pusher and self._transport.time_left() > 0:
-                weights.ensure()  # another process may be waiting for this one to push
+            # Another process may be waiting for this one to push.
+            if weights is not None and weights.pusher and self._transport.time_left() > 0 and not weights.ensure():
+                self._not_serving(weights, "no prompt")
             return groups
         if self._transport.time_left() <= 0:
             self._transport.out_of_time(f"{len(asked)} prompt(s) not sent", len(asked))
@@ -296,16 +297,7 @@ class VLLMServerBackend:
             return groups
         timeouts = self.stats["timeouts"]
         if weights is not None and not weights.ensure():
-            if self._transport.abandoned:
-                return groups
-            self._count("infrastructure_failures")
-            logger.warning(
-                "not generating for %d prompt(s): the vLLM server at %s does not serve the training weights (version "
-                "%r); their groups are retried or dropped",
-                len(asked),
-                self.base_url,
-                weights.version,
-            )
+            self._not_serving(weights, f"{len(asked)} prompt(s)")
             return groups
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(asked))) as executor:
             futures = [
@@ -324,14 +316,20 @@ class VLLMServerBackend:
     def canary(self, timeout: float, model: str | None = None) -> str | None:
         """Ask whether the server answers completions again: ``GET /v1/models`` must list ``model`` (default: the
         model it served before, if any), then a one-token completion must be answered, all within ``timeout``
-        seconds. Returns None when it did (and the server is no longer taken for hung), else why not."""
+        seconds. Returns None when it did (and the server is no longer taken for hung), else why not.
+
+        Raises:
+            ServedModelChanged: the server answers, serving another model.
+        """
         began = time.monotonic()
         served = self._transport.served_models(max(timeout, 0.0))
         if served is None:
             return "GET /v1/models was not answered with a model list"
         expected = model or self._transport.known_model or (served[0] if served else None)
-        if expected is None or expected not in served:
-            return f"it serves {', '.join(map(repr, served)) or 'no model'}, not {expected!r}"
+        if expected is None:
+            return "it serves no model"
+        if expected not in served:
+            raise ServedModelChanged(self.base_url, expected, served)
         payload = {"model": expected, "prompt": [self.tokenizer.eos_token_id or 0], "max_tokens": 1, "n": 1}
         try:
             answer = exchange(
@@ -376,6 +374,24 @@ class VLLMServerBackend:
         if served is not None and before not in served:
             self._transport.forget_model()
             raise ServedModelChanged(self.base_url, before, served)
+
+    def _not_serving(self, weights: ServerWeightSync, what: str) -> None:
+        """Count and log a call that sends ``what`` nothing because the server does not serve the trainer's version:
+        out of time when the step's deadline ended its push, an infrastructure failure otherwise (nothing once the
+        call was abandoned)."""
+        if self._transport.abandoned:
+            return
+        if self._transport.time_left() <= 0:
+            self._transport.out_of_time(f"{what} not sent: the weight push to {self.base_url} did not end in time")
+            return
+        self._count("infrastructure_failures")
+        logger.warning(
+            "not generating for %s: the vLLM server at %s does not serve the training weights (version %r); their "
+            "groups are retried or dropped",
+            what,
+            self.base_url,
+            weights.version,
+        )
 
     def _stale(self, groups: list[list[Completion]], version: str | None) -> list[list[Completion]]:
         """The completions of a call during which the server stopped serving the trainer's version, marked failed."""

@@ -9,9 +9,9 @@ disk transport). What the pool adds:
   servers take turns), so a slow server gets less and all finish together. A server comes up the first time its
   ``GET /health`` answers (a quick probe before each call) and it serves the pool's model (that of the first server
   that came up).
-- **Hedging.** A server whose share is still out long after the others answered theirs (3 times as long, or the
-  step's deadline near) has its groups sent again to one that answered; the first answer is taken, the other cut
-  off (`pool_dispatch`).
+- **Hedging.** A server whose share is still out long after the others answered theirs (3 times as long and at least
+  5 s, or the step's deadline near) has its groups sent again to one that answered; the first answer is taken, the
+  other cut off (`pool_dispatch`).
 - **Down, and back.** A server is marked down, logged once per reason and counted, when it *fails* (refused
   connection, 5xx, not serving the trainer's weight version in time), *hangs* (a request or weight push ran out its
   ``request_timeout``, its share was still out at the step's deadline while the others answered, or it lost its
@@ -349,8 +349,12 @@ class VLLMServerPool:
             if not canary.done():
                 continue
             del self._canaries[k]
-            cause = canary.result()
             member = self.members[k]
+            try:
+                cause = canary.result()
+            except ServedModelChanged as exc:
+                self.wrong_model(k, exc.served)
+                cause = str(exc)
             if cause is None:
                 member.bring_up()
                 self._told.pop(k, None)
