@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 #: A lagging server's groups are sent again once the call has lasted this many times the slowest full answer so far.
 HEDGE_AFTER = 3.0
-#: And never before this many seconds: a call's own jitter, or one server's weight reload taking longer than
+#: The fewest seconds before a hedge, since a call's own jitter, or one server's weight reload taking longer than
 #: another's, is no lag (a server that loses its hedge is marked down).
 HEDGE_MIN_SECONDS = 5.0
 #: Seconds a hedge that lost, once cut off, is waited for before the call returns.
