@@ -11,7 +11,8 @@ Pure Python, no I/O: the pool's calls feed it what they saw.
   elsewhere first) did not finish its share in the time it had: its rate is at most that share over that time.
 - **Shares.** `split_by_rate` gives each group to the server that would finish it first at its rate (the one with the
   least work per rate once the group is added), so that all servers finish together; a server whose rate is not
-  known yet is taken to be as fast as the average of the others.
+  known yet is taken to be as fast as the average of the others, and one given no group in a call a quarter faster
+  in the next, so that it is measured again before long.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 MAX_BACKOFF_CALLS = 32
 #: Weight of the latest call in a server's moving-average rate.
 RATE_MEMORY = 0.5
+#: How much faster a server given no group in a call is taken to be in the next (`Member.passed_over`).
+PASSED_OVER_GAIN = 1.25
 
 
 @dataclass
@@ -76,6 +79,13 @@ class Member:
         rate = completions / seconds
         self.rate = rate if self.rate is None else RATE_MEMORY * rate + (1 - RATE_MEMORY) * self.rate
         self.probe = False
+
+    def passed_over(self, best: float) -> None:
+        """It was up and given no group in a call (its rate looked too low for one): it is taken to be a quarter faster
+        next time, up to ``best`` (the fastest rate), so that a rate measured once in a bad moment is measured again
+        after a few calls, never left to starve the server of work for good."""
+        if self.rate is not None:
+            self.rate = min(self.rate * PASSED_OVER_GAIN, max(best, self.rate))
 
     def at_most(self, completions: int, seconds: float) -> None:
         """It had not answered ``completions`` completions after ``seconds``: its rate is below that."""

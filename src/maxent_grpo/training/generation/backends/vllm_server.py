@@ -38,8 +38,8 @@ logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
 A server that hangs (the process is up, ``GET /health`` answers, completions never come back) is treated like one
 that died: once a request has been given up on its ``request_timeout``, the next calls first send a *canary* (a
 one-token completion, `CANARY_TIMEOUT_SECONDS` at most) and generate nothing, as an infrastructure failure, until one
-is answered. A server that restarted serving another model than before (``GET /v1/models``) is noticed before it is
-sent the training weights: `ServedModelChanged`.
+is answered. A server that restarted serving another model than before (``GET /v1/models``, asked before each weight
+push) is noticed before it is sent the training weights: `ServedModelChanged`.
 
 The HTTP side (connecting, retries, backoff) is `server_client.transport`, the request bodies and the reading of
 answers `server_client.wire`, and the weight versions `weights.server_sync`; this module puts them together.
@@ -256,7 +256,7 @@ class VLLMServerBackend:
                 time_left=self._transport.time_left,
                 count=self._count,
                 cancelled=lambda: self._transport.abandoned,
-                before_resync=self._check_model_unchanged,
+                before_push=self._check_model_unchanged,
             )
         )
         self._seeds = RequestSeeds(sampling.seed, sampling.process_index)
@@ -365,8 +365,9 @@ class VLLMServerBackend:
         self._transport.resume()
 
     def _check_model_unchanged(self) -> None:
-        """Before a restarted server is sent the training weights: raise `ServedModelChanged` when it now serves
-        another model than before (the weights would not fit it)."""
+        """Before the server is sent the training weights: raise `ServedModelChanged` when it now serves another
+        model than before (it restarted with one: the weights would not fit it, or it would serve them under another
+        name)."""
         before = self._transport.known_model
         if before is None:
             return

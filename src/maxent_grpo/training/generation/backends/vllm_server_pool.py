@@ -189,6 +189,10 @@ class VLLMServerPool:
             first=self._calls % max(len(up), 1),
             at_least_one=[k for k in up if self.members[k].probe],
         )
+        known = [self.members[k].rate for k in up if self.members[k].rate is not None]
+        for k in up if asked else []:
+            if not shares[k] and known:
+                self.members[k].passed_over(max(known))
         # The pusher loads the weights into every server that is up, given work or not: another process judges for
         # itself which servers are up, and one that sends prompts to a server waits for it to serve the version.
         called = up if self._pusher() else [k for k in up if shares[k]]

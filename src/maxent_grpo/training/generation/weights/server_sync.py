@@ -122,8 +122,8 @@ class ServerWeightSync:
         count: ``count(stat)`` adds one to the backend's stat (``timeouts`` for a push given up on its timeout).
         cancelled: whether the call was abandoned (a server pool gave its groups to another server): nothing more is
             sent, and a wait for another process's push ends.
-        before_resync: called before a version the server had is pushed again (it restarted); it raises to stop the
-            push (the server now serves another model).
+        before_push: called before each push; it raises to stop the push (the server restarted serving another
+            model, into which the training weights would not load).
     """
 
     def __init__(
@@ -139,7 +139,7 @@ class ServerWeightSync:
         time_left: Callable[[], float],
         count: Callable[[str], None],
         cancelled: Callable[[], bool] = lambda: False,
-        before_resync: Callable[[], None] = lambda: None,
+        before_push: Callable[[], None] = lambda: None,
     ) -> None:
         self.base_url = base_url
         self.session = session
@@ -151,7 +151,7 @@ class ServerWeightSync:
         self._time_left = time_left
         self._count = count
         self._cancelled = cancelled
-        self._before_resync = before_resync
+        self._before_push = before_push
         self.pusher = not _distributed() or torch.distributed.get_rank() == 0
         self.version: str | None = None
         self._token: str | None = None
@@ -315,8 +315,8 @@ class ServerWeightSync:
             raise self._refused
         version = self.version
         assert version is not None
+        self._before_push()
         if version in self._pushed:
-            self._before_resync()
             self._count("weight_resyncs")
             logger.warning(
                 "the vLLM server at %s serves weight version %r, not %r (restarted?): pushing %r again",

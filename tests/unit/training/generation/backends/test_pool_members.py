@@ -55,3 +55,13 @@ def test_every_group_goes_to_exactly_one_server(counts, rates, first):
     assert set(shares) == set(servers)
     assert sorted(i for share in shares.values() for i in share) == indices
     assert all(share == sorted(share) for share in shares.values())
+
+
+def test_a_server_passed_over_is_taken_to_be_faster_until_it_is_measured_again():
+    member = Member(up=True, rate=1.0)
+    calls = 0
+    while split_by_rate([0, 1, 2, 3], [2] * 4, {0: 10.0, 1: member.rate})[1] == []:
+        member.passed_over(best=10.0)
+        calls += 1
+        assert calls < 20, "a server once measured slow never got work again"
+    assert member.rate <= 10.0
