@@ -149,7 +149,7 @@ class RestartWithAnotherModel(TrainerCallback):
 def test_a_member_restarted_with_another_model_is_left_out_until_it_serves_the_right_one(
     shared_server, second_server, vllm_model_dir, tmp_path, caplog
 ):
-    caplog.set_level(logging.WARNING, logger=POOL_LOGGER)
+    caplog.set_level(logging.INFO, logger=POOL_LOGGER)
     other = tmp_path / "another-model"
     shutil.copytree(vllm_model_dir, other)  # the same weights under another name: another model to the server
     faults, logs = RestartWithAnotherModel(second_server, other), StepLogs()
@@ -170,6 +170,7 @@ def test_a_member_restarted_with_another_model_is_left_out_until_it_serves_the_r
     end, wrong, right = pool.stats, faults.at["wrong"], faults.at["right"]
     dropped = {step: logs.by_step[step]["generation/dropped_prompts"] for step in sorted(logs.by_step)}
     print(f"dropped per step {dropped}; at the wrong model {wrong}; at the right one {right}; at the end {end}")
+    print("\n".join(record.getMessage() for record in caplog.records if record.name == POOL_LOGGER))
     assert trainer.state.global_step == 8
     assert all(count == 0 for step, count in dropped.items() if step > 3)
     assert right["servers/1/completions"] == wrong["servers/1/completions"]  # no work while it served another model

@@ -57,6 +57,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import requests
 import torch
 from transformers import PreTrainedTokenizerBase
 
@@ -66,7 +67,7 @@ from maxent_grpo.training.generation.backends.request_seeds import RequestSeeds
 from maxent_grpo.training.generation.contract.completion_check import CompletionCheck
 from maxent_grpo.training.generation.contract.protocol import Completion, TokenPrompt
 from maxent_grpo.training.generation.contract.sampling import SamplingSettings, check_int, check_number
-from maxent_grpo.training.generation.server_client.http_deadline import TRANSIENT_ERRORS, exchange
+from maxent_grpo.training.generation.server_client.http_deadline import TRANSIENT_ERRORS, DeadlineAdapter, exchange
 from maxent_grpo.training.generation.server_client.transport import (
     COMPLETIONS_PATH,
     ServerTransport,
@@ -322,25 +323,30 @@ class VLLMServerBackend:
             ServedModelChanged: the server answers, serving another model.
         """
         began = time.monotonic()
-        served = self._transport.served_models(max(timeout, 0.0))
-        if served is None:
-            return "GET /v1/models was not answered with a model list"
-        expected = model or self._transport.known_model or (served[0] if served else None)
-        if expected is None:
-            return "it serves no model"
-        if expected not in served:
-            raise ServedModelChanged(self.base_url, expected, served)
-        payload = {"model": expected, "prompt": [self.tokenizer.eos_token_id or 0], "max_tokens": 1, "n": 1}
-        try:
-            answer = exchange(
-                self._transport.session,
-                "POST",
-                f"{self.base_url}{COMPLETIONS_PATH}",
-                payload,
-                began + max(timeout, 0.0),
-            )
-        except TRANSIENT_ERRORS as exc:
-            return f"its one-token completion was not answered within {timeout:g} s ({type(exc).__name__})"
+        # A session of its own: a connection kept alive to the server before it restarted is never reused.
+        with requests.Session() as session:
+            session.mount("http://", DeadlineAdapter(max_retries=0))
+            session.mount("https://", DeadlineAdapter(max_retries=0))
+            session.headers.update(self._transport.session.headers)
+            try:
+                listed = exchange(session, "GET", f"{self.base_url}/v1/models", None, began + max(timeout, 0.0))
+                served = [str(entry["id"]) for entry in listed.json()["data"]] if listed.status == 200 else None
+            except (*TRANSIENT_ERRORS, ValueError, KeyError, TypeError):
+                served = None
+            if served is None:
+                return "GET /v1/models was not answered with a model list"
+            expected = model or self._transport.known_model or (served[0] if served else None)
+            if expected is None:
+                return "it serves no model"
+            if expected not in served:
+                raise ServedModelChanged(self.base_url, expected, served)
+            payload = {"model": expected, "prompt": [self.tokenizer.eos_token_id or 0], "max_tokens": 1, "n": 1}
+            try:
+                answer = exchange(
+                    session, "POST", f"{self.base_url}{COMPLETIONS_PATH}", payload, began + max(timeout, 0.0)
+                )
+            except TRANSIENT_ERRORS as exc:
+                return f"its one-token completion was not answered within {timeout:g} s ({type(exc).__name__})"
         if answer.status != 200:
             return f"its one-token completion was answered with HTTP {answer.status}: {answer.text(200)}"
         self._hung = False

@@ -148,7 +148,7 @@ class VLLMServerPool:
         self._told: dict[int, str] = {}  # server -> the reason it is down that was logged
         self._model: str | None = None  # the model the pool generates with: the first server's that came up
         self._busy: dict[int, Future[Any]] = {}  # servers whose abandoned call still ends in the background
-        self._canaries: dict[int, Future[str | None]] = {}
+        self._canaries: dict[int, tuple[Future[str | None], float]] = {}  # server -> its canary, when sent
         self.executor = ThreadPoolExecutor(max_workers=4 * len(self.servers), thread_name_prefix="vllm-pool")
         self._lock = threading.Lock()
         self._ever_up = False
@@ -349,13 +349,14 @@ class VLLMServerPool:
         for k, call in list(self._busy.items()):
             if call.done():
                 del self._busy[k]
-        for k, canary in list(self._canaries.items()):
-            if not canary.done():
+        for k, (canary, sent) in list(self._canaries.items()):
+            overdue = time.monotonic() - sent > 2 * CANARY_TIMEOUT_SECONDS  # left behind (it ends by its own bound)
+            if not canary.done() and not overdue:
                 continue
             del self._canaries[k]
             member = self.members[k]
             try:
-                cause = canary.result()
+                cause = canary.result() if canary.done() else "no answer"
             except ServedModelChanged as exc:
                 self.wrong_model(k, exc.served)
                 cause = str(exc)
@@ -380,7 +381,8 @@ class VLLMServerPool:
         for k, member in enumerate(self.members):
             if member.canary_due(self._calls + 1) and k not in self._busy and k not in self._canaries:
                 self.servers[k].resume()
-                self._canaries[k] = self.executor.submit(self.servers[k].canary, CANARY_TIMEOUT_SECONDS, self._model)
+                canary = self.executor.submit(self.servers[k].canary, CANARY_TIMEOUT_SECONDS, self._model)
+                self._canaries[k] = (canary, time.monotonic())
 
     def _note_up(self, k: int, why: str) -> None:
         with self._lock:
