@@ -28,7 +28,7 @@ from tests.support.stand_in_vllm.process import run_test_server_process, run_tes
 POOL_LOGGER = "maxent_grpo.training.generation.backends.vllm_server_pool"
 PROMPTS = ["ab", "hello", "xyz", "q"]
 # A bound on one call with a hung server, far below the request timeout the pools below are given (60 s).
-CALL_BOUND = 20.0
+CALL_BOUND = 30.0
 REQUEST_TIMEOUT = 60.0
 
 

@@ -87,7 +87,7 @@ from maxent_grpo.training.generation.weights.server_sync import ServerWeightSync
 logger = logging.getLogger(__name__)
 
 #: Seconds a canary (a one-token completion asking whether a server that hung answers again) may take.
-CANARY_TIMEOUT_SECONDS = 5.0
+CANARY_TIMEOUT_SECONDS = 15.0
 
 
 class ServedModelChanged(VLLMServerRequestError):
