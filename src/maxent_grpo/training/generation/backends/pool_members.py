@@ -3,9 +3,10 @@ fast each one generates; and the split of a call's prompt groups that follows fr
 
 Pure Python, no I/O: the pool's calls feed it what they saw.
 
-- **Down, and back.** A server marked down (it failed, hung, or serves another model) is tried again with a *canary*
-  (the pool sends a one-token completion) one call after it went down, then, while its canaries fail, after 2, 4,
-  8, ... calls, at most `MAX_BACKOFF_CALLS`: a server that keeps hanging costs a bounded, shrinking share of the run.
+- **Down, and back.** A server marked down is tried again one call after it went down, then, while it keeps failing,
+  after 2, 4, 8, ... calls, at most `MAX_BACKOFF_CALLS`: one that hung or serves another model with a *canary* (the
+  pool sends a one-token completion), one that failed loud (refused connections, 5xx) by ``GET /health`` (a process
+  that died and restarted answers it). A server that keeps failing costs a bounded, shrinking share of the run.
 - **Throughput.** Each call that a server answers in full gives its rate, completions per second from the call's start
   to its answer; the pool keeps a moving average (`RATE_MEMORY`). A server that lost a hedge (its groups were answered
   elsewhere first) did not finish its share in the time it had: its rate is at most that share over that time.
@@ -51,10 +52,13 @@ class Member:
     probe: bool = False
 
     def mark_down(self, call: int, reason: str) -> bool:
-        """Mark it down in call ``call``; whether it was up (so that the caller logs the change once)."""
+        """Mark it down in call ``call``; whether it was up (so that the caller logs the change once). One that fails
+        again after coming back, before it answered a call in full, waits twice as long as the last time."""
         was_up = self.up
         self.up, self.down_since, self.reason = False, call, reason
-        if was_up:
+        if was_up and self.probe:
+            self.canary_failed(call)
+        elif was_up:
             self.retry_at, self.backoff = call + 1, 2
         return was_up
 
@@ -68,8 +72,9 @@ class Member:
         self.backoff = min(2 * self.backoff, MAX_BACKOFF_CALLS)
 
     def bring_up(self) -> None:
-        """Give it work again (its canary was answered, or it came up for the first time)."""
-        self.up, self.reason, self.backoff = True, None, 1
+        """Give it work again (its canary was answered, or it came up for the first time); its backoff is forgotten
+        once it answers a call in full (`measured`)."""
+        self.up, self.reason = True, None
         self.probe = self.down_since is not None
 
     def measured(self, completions: int, seconds: float) -> None:
@@ -78,7 +83,7 @@ class Member:
             return
         rate = completions / seconds
         self.rate = rate if self.rate is None else RATE_MEMORY * rate + (1 - RATE_MEMORY) * self.rate
-        self.probe = False
+        self.probe, self.backoff = False, 1
 
     def passed_over(self, best: float) -> None:
         """It was up and given no group in a call (its rate looked too low for one): it is taken to be a quarter faster

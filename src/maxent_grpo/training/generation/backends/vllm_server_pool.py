@@ -175,7 +175,17 @@ class VLLMServerPool:
         self._calls += 1
         self._settle_background()
         fresh = [k for k, member in enumerate(self.members) if member.down_since is None and not member.up]
-        self._admit(self._probe(fresh))
+        # A server that failed loud (refused connections, 5xx) rather than hung is asked by GET /health again, on the
+        # canaries' schedule one call later (the call right after its failure, the retry round, goes to the others):
+        # a process that died and restarted answers it, and a new process is no hung engine.
+        failed = [
+            k
+            for k, member in enumerate(self.members)
+            if member.reason == "failed" and member.canary_due(self._calls - 1)
+        ]
+        back = self._admit(self._probe(fresh + failed))
+        for k in set(failed) - set(back):
+            self.members[k].canary_failed(self._calls)
         up = [k for k, member in enumerate(self.members) if member.up and k not in self._busy]
         if not up and not self._ever_up:
             up = self._wait_for_first()
@@ -379,7 +389,8 @@ class VLLMServerPool:
         """At a call's end: send a canary to each down server whose time has come, to run while the trainer trains
         (its answer is read at the next call)."""
         for k, member in enumerate(self.members):
-            if member.canary_due(self._calls + 1) and k not in self._busy and k not in self._canaries:
+            due = member.canary_due(self._calls + 1) and member.reason != "failed"  # those: GET /health (`generate`)
+            if due and k not in self._busy and k not in self._canaries:
                 self.servers[k].resume()
                 canary = self.executor.submit(self.servers[k].canary, CANARY_TIMEOUT_SECONDS, self._model)
                 self._canaries[k] = (canary, time.monotonic())

@@ -21,7 +21,12 @@ def test_a_down_server_is_tried_one_call_later_then_after_twice_as_many_calls_ea
     assert gaps == [2, 4, 8, 16, 32, 32, 32, 32] and max(gaps) == MAX_BACKOFF_CALLS
     member.bring_up()
     assert member.up and member.reason is None and member.probe
-    assert member.mark_down(call=100, reason="failed") and member.canary_due(101)
+    # back up, it fails again before answering a call in full: the wait keeps growing (a 5xx server whose health
+    # check answers costs a shrinking share, never every other call)
+    assert member.mark_down(call=100, reason="failed") and not member.canary_due(131) and member.canary_due(132)
+    member.bring_up()
+    member.measured(8, 1.0)  # it answered a call in full: its backoff is forgotten
+    assert member.mark_down(call=200, reason="failed") and member.canary_due(201)
 
 
 def test_a_rate_is_a_moving_average_and_a_lost_hedge_bounds_it():
