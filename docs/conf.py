@@ -66,7 +66,7 @@ nitpick_ignore_regex = [
     (r"py:.*", rf"({'|'.join(_EXTERNAL_PACKAGES)})(\..*)?"),
     (r"py:.*", rf"({'|'.join(_EXTERNAL_SHORT_NAMES)})"),
     # The standard library (no inventory of docs.python.org either).
-    (r"py:.*", r"(collections\.abc|pathlib|asyncio|logging)\..*"),
+    (r"py:.*", r"(collections\.abc|pathlib|asyncio|logging|concurrent\.futures)\..*"),
     # Internal types of the generation step that are not on the API pages (its data flow is on the design page), and
     # the HTTP transport's answer type.
     (
@@ -100,7 +100,12 @@ def _check_local_mathjax(app, exception):
         for page in out.rglob("*.html")
     }
     loading = {page: found for page, found in sources.items() if found}
-    remote = {page: found for page, found in loading.items() if any(not src.endswith(LOCAL_MATHJAX) for src in found)}
+    # Sphinx may add a checksum query (``?v=...``) to a file it found in the output folder already.
+    remote = {
+        page: found
+        for page, found in loading.items()
+        if any(not src.split("?", 1)[0].endswith(LOCAL_MATHJAX) for src in found)
+    }
     if not loading or remote:
         raise RuntimeError(
             f"every page must load MathJax from {LOCAL_MATHJAX}; these do not: {remote or 'none loads it'}"

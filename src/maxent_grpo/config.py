@@ -13,6 +13,7 @@ from trl.trainer.utils import get_config_model_id
 
 from maxent_grpo.enum_fields import check_choices
 from maxent_grpo.field_ranges import check_field_ranges
+from maxent_grpo.training.generation.server_client.server_address import same_server
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -473,8 +474,10 @@ class MaxEntGRPOConfig(GRPOConfig):
             if not isinstance(url, str) or not url.startswith(("http://", "https://")):
                 _fail("vllm_server_base_urls", urls, f"http:// or https:// URLs ({url!r} is not one)")
         stripped = [url.rstrip("/") for url in urls]
-        if len(set(stripped)) < len(stripped):
-            _fail("vllm_server_base_urls", urls, "URLs that are all different")
+        if (twice := same_server(urls)) is not None:
+            _fail(
+                "vllm_server_base_urls", urls, f"each server once ({twice[0]!r} and {twice[1]!r} reach the same one)"
+            )
         if self.vllm_server_base_url is not None and self.vllm_server_base_url.rstrip("/") != stripped[0]:
             _fail(
                 "vllm_server_base_urls",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -88,3 +89,15 @@ def test_generate_overhead_runs_and_prints_the_ratio():
     assert result.returncode == 0, result.stderr[-4000:]
     assert "step-time ratio maxent/stock:" in result.stdout
     assert "helpers + validation" in result.stdout
+
+
+def test_server_pool_scaling_runs_and_writes_its_rows(tmp_path):
+    script = ROOT / "benchmarks" / "server_pool_scaling.py"
+    small = ["--servers", "1", "2", "--slow-pool", "2", "--warmup", "1", "--calls", "1", "--token-seconds", "0.001"]
+    command = [sys.executable, str(script), "--output-dir", str(tmp_path), *small]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    rows = json.loads((tmp_path / "server_pool_scaling.json").read_text())["rows"]
+    assert [(row["servers"], row["slow_servers"]) for row in rows] == [(1, 0), (2, 0), (2, 1)]
+    assert all(row["ratio"] > 0 for row in rows) and (tmp_path / "server_pool_scaling.png").is_file()

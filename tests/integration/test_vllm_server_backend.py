@@ -126,6 +126,7 @@ def test_fault_free_groups_have_the_asked_sizes_and_consistent_tokens(servers, t
         "requests": 3,
         "retries": 0,
         "infrastructure_failures": 0,
+        "timeouts": 0,
         "bad_data": 0,
         "out_of_time": 0,
         "weight_pushes": 0,
@@ -284,6 +285,7 @@ def test_a_prompt_the_server_rejects_leaves_only_its_own_group_empty(servers, to
         "requests": 3,
         "retries": 0,
         "infrastructure_failures": 0,
+        "timeouts": 0,
         "bad_data": 1,
         "out_of_time": 0,
         "weight_pushes": 0,
@@ -313,7 +315,7 @@ def test_delays_beyond_the_request_timeout_do_not_hang(servers, tokenizer, backe
 
     assert groups == [[], []]
     assert elapsed < 10  # 2 attempts of 0.5 s each, side by side; the server would answer after 30 s
-    assert backend.stats["infrastructure_failures"] == 2
+    assert backend.stats["infrastructure_failures"] == 2 and backend.stats["timeouts"] == 2  # it hangs
     assert backend.stats["requests"] == 4
     failures = [m for m in messages(backend_logs) if m.startswith("infrastructure failure")]
     assert len(failures) == 2
@@ -537,7 +539,7 @@ def test_a_pool_spreads_the_groups_and_never_sends_to_a_server_that_is_not_up(se
             check_completion(completion, tokenizer, tokenizer(prompt)["input_ids"])
 
 
-def test_what_a_failing_server_lost_is_retried_on_the_others_and_it_is_given_work_again_later(
+def test_what_a_failing_server_lost_is_retried_on_the_others_and_it_gets_a_shrinking_share_while_it_fails(
     servers, tokenizer, caplog
 ):
     caplog.set_level(logging.WARNING, logger=POOL_LOGGER)
@@ -553,11 +555,24 @@ def test_what_a_failing_server_lost_is_retried_on_the_others_and_it_is_given_wor
     assert after_retry["servers/1/requests"] == 2 and after_retry["servers/1/failures"] == 2
     assert after_retry["servers/0/completions"] == 8 and after_retry["servers/1/completions"] == 0
 
-    pool.generate(prompts, [1, 1, 1, 1])  # its health check answers: it is given its share again (and fails it)
-    assert pool.stats["servers/1/requests"] == 4
+    # Its health check answers and every completion fails (HTTP 500): it is given work in calls 3, 6 and 11
+    # (tried after 1, 2, 4, ... calls), never every other call, and each time loses only the groups it was given.
+    given, requests_before = [], after_retry["servers/1/requests"]
+    for call in range(3, 13):
+        groups = pool.generate(prompts, [1, 1, 1, 1])
+        requests_now = pool.stats["servers/1/requests"]
+        if requests_now > requests_before:
+            given.append(call)
+            lost = requests_now - requests_before  # one request a group it was given
+            assert sorted(len(group) for group in groups) == [0] * lost + [1] * (4 - lost)
+        else:
+            assert [len(group) for group in groups] == [1, 1, 1, 1]
+        requests_before = requests_now
+        time.sleep(0.05)
+    assert given == [3, 6, 11], given
+    assert pool.stats["servers/1/completions"] == 0
     lines = [record.getMessage() for record in caplog.records if record.name == POOL_LOGGER]
-    assert sum("vLLM server 1" in line and "failed" in line for line in lines) == 2
-    assert sum("vLLM server 1" in line and "answers again" in line for line in lines) == 1
+    assert sum("vLLM server 1" in line and "marked down (failed)" in line for line in lines) == 1  # logged once
 
 
 def test_a_pool_with_no_server_up_raises_once_none_came_up(tokenizer, refusing_port):
@@ -573,7 +588,13 @@ def test_a_pool_with_no_server_up_raises_once_none_came_up(tokenizer, refusing_p
 
 @pytest.mark.parametrize(
     ("urls", "match"),
-    [(["http://127.0.0.1:1"], "at least two"), (["http://127.0.0.1:1", "http://127.0.0.1:1/"], "more than once")],
+    [
+        (["http://127.0.0.1:1"], "at least two"),
+        (
+            ["http://127.0.0.1:1", "http://localhost:1/"],
+            "'http://127.0.0.1:1' and 'http://localhost:1' reach the same",
+        ),
+    ],
 )
 def test_a_pool_refuses_fewer_than_two_or_repeated_urls(tokenizer, urls, match):
     with pytest.raises(ValueError, match=match):

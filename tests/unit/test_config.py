@@ -242,7 +242,12 @@ TWO_SERVERS = ["http://gen0:8000", "http://gen1:8000/"]
     [
         ({"vllm_server_base_urls": []}, "a non-empty list of http:// or https:// URLs"),
         ({"vllm_server_base_urls": ["gen0:8000"]}, "'gen0:8000' is not one"),
-        ({"vllm_server_base_urls": ["http://gen0:8000", "http://gen0:8000/"]}, "URLs that are all different"),
+        ({"vllm_server_base_urls": ["http://gen0:8000", "http://gen0:8000/"]}, "each server once"),
+        (
+            {"vllm_server_base_urls": ["http://127.0.0.1:8000", "http://gen1:8000", "http://LOCALHOST:8000//"]},
+            r"each server once \('http://127.0.0.1:8000' and 'http://LOCALHOST:8000//' reach the same one\)",
+        ),
+        ({"vllm_server_base_urls": ["https://gen0", "https://gen0:443/"]}, "each server once"),
         ({"vllm_server_base_urls": TWO_SERVERS, "vllm_server_base_url": "http://gen1:8000"}, "give one of the two"),
         ({"vllm_server_base_urls": TWO_SERVERS, "vllm_weight_transfer": "nccl"}, "NCCL push reaches one server"),
     ],
@@ -250,6 +255,11 @@ TWO_SERVERS = ["http://gen0:8000", "http://gen1:8000/"]
 def test_several_servers_are_refused_where_they_cannot_work(overrides, message):
     with pytest.raises(ValueError, match=rf"^vllm_server_base_urls=.* is invalid: expected .*{message}"):
         MaxEntGRPOConfig(**{**SERVER, **overrides})
+
+
+def test_servers_that_differ_in_port_path_or_scheme_are_different_servers():
+    urls = ["http://127.0.0.1:8000", "http://127.0.0.1:8001", "https://127.0.0.1:8000", "http://127.0.0.1:8000/v2"]
+    assert MaxEntGRPOConfig(**SERVER, vllm_server_base_urls=urls).vllm_server_base_urls == urls
 
 
 def test_several_servers_resolve_auto_to_the_disk_transport_and_trl_talks_to_the_first(monkeypatch):

@@ -50,6 +50,7 @@ SHARED_SERVER_FILES = frozenset(
         "test_server_allowlist.py",
         "test_server_faults.py",
         "test_server_pool.py",
+        "test_server_pool_grey_failures.py",
         "test_server_process.py",
         "test_server_tools.py",
         "test_server_two_processes.py",
@@ -57,6 +58,10 @@ SHARED_SERVER_FILES = frozenset(
         "test_server_weights.py",
     }
 )
+
+
+#: The test files of server pools, which use a second server beside the session's (`_pool_server`).
+POOL_FILES = frozenset({"test_server_pool.py", "test_server_pool_grey_failures.py"})
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selection, so `pytest -m vllm` finds them
@@ -131,11 +136,11 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def _pool_server(request: pytest.FixtureRequest, vllm_model_dir: Path) -> Iterator[SharedVLLMServer | None]:
-    """The second server of the pool tests (`tests/vllm/test_server_pool.py`, which wait for it to be ready),
+    """The second server of the pool tests (`POOL_FILES`, which wait for it to be ready),
     launched just before the session's server so that the two start side by side; None when no pool test was
     collected. Under pytest-xdist a worker collects every test, so each worker that starts the session's server
     launches one; with ``--dist loadfile`` that is the one worker that runs the pool tests (`SHARED_SERVER_FILES`)."""
-    if not any(item.path.name == "test_server_pool.py" for item in request.session.items):
+    if not any(item.path.name in POOL_FILES for item in request.session.items):
         yield None
         return
     server = SharedVLLMServer(vllm_model_dir, max_model_len=MAX_MODEL_LEN).launch()
@@ -143,6 +148,20 @@ def _pool_server(request: pytest.FixtureRequest, vllm_model_dir: Path) -> Iterat
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def second_server(_pool_server: SharedVLLMServer | None) -> SharedVLLMServer:
+    """The session's second server (`tests/vllm/conftest.py`), running: waited for while it still starts, restarted
+    if a test before left it dead."""
+    assert _pool_server is not None
+    if not _pool_server.alive():
+        process = _pool_server.process.process
+        if process is not None and process.poll() is None:
+            _pool_server.start()  # launched beside the session's server, still starting
+        else:
+            _pool_server.restart()
+    return _pool_server
 
 
 @pytest.fixture(scope="session")

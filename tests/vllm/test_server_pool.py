@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 
-import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
@@ -23,20 +22,6 @@ from tests.support.training import AlignedTextReward, letter_dataset, tiny_confi
 from tests.vllm.test_server_process import StepLogs
 
 POOL_LOGGER = "maxent_grpo.training.generation.backends.vllm_server_pool"
-
-
-@pytest.fixture
-def second_server(_pool_server: SharedVLLMServer | None) -> SharedVLLMServer:
-    """The session's second server (`tests/vllm/conftest.py`), running: waited for while it still starts, restarted
-    if a test before left it dead."""
-    assert _pool_server is not None
-    if not _pool_server.alive():
-        process = _pool_server.process.process
-        if process is not None and process.poll() is None:
-            _pool_server.start()  # launched beside the session's server, still starting
-        else:
-            _pool_server.restart()
-    return _pool_server
 
 
 class KillThenRestart(TrainerCallback):

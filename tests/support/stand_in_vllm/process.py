@@ -64,8 +64,11 @@ READY_TIMEOUT = 180.0
 
 
 @contextmanager
-def run_test_server(*flags: str, model_dir: str | Path | None = None, timeout: float = READY_TIMEOUT) -> Iterator[str]:
-    """Run the test server with ``flags`` and yield its base URL ``http://127.0.0.1:<port>``.
+def run_test_server_process(
+    *flags: str, model_dir: str | Path | None = None, timeout: float = READY_TIMEOUT
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Run the test server with ``flags`` and yield its base URL ``http://127.0.0.1:<port>`` and its process (to send
+    it signals: ``SIGUSR1`` switches hanging on and off).
 
     ``model_dir`` is passed as ``--model`` (default: the server builds the tiny model in-process). Raises
     RuntimeError, with the tail of the server's stderr, when it is not ready within ``timeout`` seconds.
@@ -86,36 +89,55 @@ def run_test_server(*flags: str, model_dir: str | Path | None = None, timeout: f
                     f"test server {' '.join(command)} not ready within {timeout} s (exit code {process.poll()}); "
                     f"stderr tail:\n{_stderr_tail(stderr)}"
                 )
-            yield f"http://127.0.0.1:{port}"
+            yield f"http://127.0.0.1:{port}", process
         finally:
             _stop(process)
             process.stdout.close()
 
 
 @contextmanager
-def run_test_servers(
+def run_test_server(*flags: str, model_dir: str | Path | None = None, timeout: float = READY_TIMEOUT) -> Iterator[str]:
+    """Run the test server with ``flags`` and yield its base URL ``http://127.0.0.1:<port>`` (see
+    `run_test_server_process`)."""
+    with run_test_server_process(*flags, model_dir=model_dir, timeout=timeout) as (url, _):
+        yield url
+
+
+@contextmanager
+def run_test_server_processes(
     flag_sets: Mapping[str, Sequence[str]], *, model_dir: str | Path | None = None, timeout: float = READY_TIMEOUT
-) -> Iterator[dict[str, str]]:
-    """Start one server per entry of ``flag_sets`` at once and yield ``{name: base URL}``.
+) -> Iterator[dict[str, tuple[str, subprocess.Popen[str]]]]:
+    """Start one server per entry of ``flag_sets`` at once and yield ``{name: (base URL, process)}``.
 
     Start-up is mostly imports, so starting the servers side by side takes little longer than starting one. If any
     fails to start, the others are stopped and its error is raised.
     """
     managers = {
-        name: run_test_server(*flags, model_dir=model_dir, timeout=timeout) for name, flags in flag_sets.items()
+        name: run_test_server_process(*flags, model_dir=model_dir, timeout=timeout)
+        for name, flags in flag_sets.items()
     }
     with ExitStack() as stack:
         with ThreadPoolExecutor(max_workers=max(len(managers), 1)) as pool:
             futures = {name: pool.submit(manager.__enter__) for name, manager in managers.items()}
-        urls: dict[str, str] = {}
+        started: dict[str, tuple[str, subprocess.Popen[str]]] = {}
         errors: list[RuntimeError] = []
         for name, future in futures.items():
             try:
-                urls[name] = future.result()
+                started[name] = future.result()
             except RuntimeError as exc:
                 errors.append(exc)
             else:
                 stack.push(managers[name].__exit__)
         if errors:
             raise errors[0]
-        yield urls
+        yield started
+
+
+@contextmanager
+def run_test_servers(
+    flag_sets: Mapping[str, Sequence[str]], *, model_dir: str | Path | None = None, timeout: float = READY_TIMEOUT
+) -> Iterator[dict[str, str]]:
+    """Start one server per entry of ``flag_sets`` at once and yield ``{name: base URL}``
+    (`run_test_server_processes`)."""
+    with run_test_server_processes(flag_sets, model_dir=model_dir, timeout=timeout) as started:
+        yield {name: url for name, (url, _) in started.items()}

@@ -11,6 +11,15 @@ them, a string or a list of strings; ``n`` completions per prompt, prompt-major;
 `RegexPrefixProcessor`). Errors come back as vLLM's ``{"error": {...}}`` JSON: 404 for an unknown model, 400 for an
 invalid request.
 
+With ``--weight-endpoints`` it also takes the disk weight transfer's routes (whole versions only, no deltas):
+``GET /weight_info``, ``POST /collective_rpc`` running the reload (the version's safetensors files loaded into the
+model), ``POST /reset_prefix_cache`` and ``POST /update_weight_version``.
+
+Grey failures: ``--token-seconds`` makes every completion request take that long per token asked for (``n`` times
+``max_tokens``; a sleep, so the server's throughput is fixed whatever the machine's load, one request at a time);
+``SIGUSR1`` switches *hanging* on and off: while on, completion requests and reloads wait (``/health`` and
+``/v1/models`` still answer), and those waiting answer late once it is switched off.
+
 Faults are injected on ``/v1/completions`` only (``/health`` and ``/v1/models`` are never faulty), each request
 drawing from its own generator seeded by ``--seed`` and the request's arrival number, so a run that sends requests
 one at a time sees the same faults every time. See ``--help``.
@@ -37,9 +46,11 @@ import uuid
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -162,6 +173,7 @@ class TinyEngine:
         self.vocab_size = len(tokenizer)
         self.max_model_len = max_model_len or int(getattr(model.config, "max_position_embeddings", 2048))
         self._lock = threading.Lock()
+        self.token_seconds = 0.0
 
     def sample(self, prompt_ids: list[int], params: SamplingRequest) -> list[Sample]:
         """Draw ``params.n`` completions of one prompt with ``model.generate``."""
@@ -184,6 +196,7 @@ class TinyEngine:
             processor = RegexPrefixProcessor(params.regex, self.tokenizer, len(prompt_ids))
             kwargs["logits_processor"] = LogitsProcessorList([processor])
         with self._lock, torch.no_grad():
+            began = time.monotonic()
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             out = self.model.generate(
@@ -197,6 +210,9 @@ class TinyEngine:
                 return_dict_in_generate=True,
                 **kwargs,
             )
+            # A fixed throughput: the request takes token_seconds per token asked for (n x max_tokens), as if every
+            # completion ran to max_tokens, however early it stopped and however loaded the machine is.
+            time.sleep(max(self.token_seconds * params.n * params.max_tokens - (time.monotonic() - began), 0.0))
         generated = out.sequences[:, input_ids.shape[1] :]
         logprobs = torch.stack(out.scores, dim=1).float().log_softmax(dim=-1)  # [n, T, V]
         return [self._to_sample(generated[row], logprobs[row], params.logprobs) for row in range(params.n)]
@@ -317,11 +333,17 @@ class FaultyServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], engine: TinyEngine, faults: Faults, verbose: bool) -> None:
+    def __init__(
+        self, address: tuple[str, int], engine: TinyEngine, faults: Faults, verbose: bool, weights: bool = False
+    ) -> None:
         super().__init__(address, Handler)
         self.engine = engine
         self.faults = faults
         self.verbose = verbose
+        self.weights = weights
+        self.weight_version = "default"
+        self.awake = threading.Event()  # cleared while the server hangs (SIGUSR1)
+        self.awake.set()
         self._counter_lock = threading.Lock()
         self._requests = 0
 
@@ -358,6 +380,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/health":
             self._send(HTTPStatus.OK, b"")
+        elif self.path == "/weight_info" and self.server.weights:
+            self._send_json(HTTPStatus.OK, {"weight_version": self.server.weight_version})
         elif self.path == "/v1/models":
             engine = self.server.engine
             model = {"id": engine.name, "object": "model", "owned_by": "vllm", "max_model_len": engine.max_model_len}
@@ -367,9 +391,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.server.weights and self.path in ("/collective_rpc", "/reset_prefix_cache", "/update_weight_version"):
+            self._weights_route(json.loads(body or b"null"))
+            return
         if self.path != "/v1/completions":
             self._send_error(HTTPStatus.NOT_FOUND, f"no route for POST {self.path}")
             return
+        self.server.awake.wait()
         faults = self.server.draw_faults()
         if faults.delay:
             time.sleep(self.server.faults.delay_seconds)
@@ -387,6 +415,26 @@ class Handler(BaseHTTPRequestHandler):
             self._send_error(exc.status, str(exc))
         else:
             self._send_json(HTTPStatus.OK, answer, trickle=faults.trickle, corrupt_gzip=faults.corrupt_gzip)
+
+    def _weights_route(self, body: Any) -> None:
+        """The disk weight transfer's routes (whole versions): reload, reset the (absent) prefix cache, claim."""
+        if self.path == "/update_weight_version":
+            self.server.weight_version = str(body["new_version"])
+            self._send_json(HTTPStatus.OK, {"weight_version": self.server.weight_version})
+        elif self.path == "/reset_prefix_cache":
+            self._send_json(HTTPStatus.OK, {"success": True})
+        else:
+            self.server.awake.wait()
+            folder = Path(body["kwargs"]["weights_path"])
+            tensors: dict[str, torch.Tensor] = {}
+            for file in sorted(folder.glob("*.safetensors")):
+                tensors |= load_file(file)
+            engine = self.server.engine
+            with engine._lock, torch.no_grad():
+                engine.model.load_state_dict(tensors, strict=False)
+            stale = sorted(set(engine.model.state_dict()) - set(tensors) - {"lm_head.weight"})
+            report = {"stale": stale, "seconds": {}, "prefix_caching": False}
+            self._send_json(HTTPStatus.OK, {"results": [report]})
 
     def _complete(self, body: Any, faults: RequestFaults) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -624,6 +672,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="fraction of requests answered with a body marked gzip-encoded that is not\n(default: 0)",
     )
+    parser.add_argument(
+        "--token-seconds",
+        type=float,
+        default=0.0,
+        help="seconds per token asked for (n x max_tokens, all of a request's completions),\nslept: a fixed "
+        "throughput (default: 0)",
+    )
+    parser.add_argument(
+        "--weight-endpoints",
+        action="store_true",
+        help="take the disk weight transfer's routes (whole versions only)",
+    )
     parser.add_argument("--num-threads", type=int, default=1, help="torch CPU threads (default: 1)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     return parser
@@ -648,7 +708,14 @@ def main(argv: list[str] | None = None) -> int:
         corrupt_gzip_rate=args.corrupt_gzip_rate,
         seed=args.seed,
     )
-    server = FaultyServer(("127.0.0.1", args.port), engine, faults, args.verbose)
+    engine.token_seconds = args.token_seconds
+    server = FaultyServer(("127.0.0.1", args.port), engine, faults, args.verbose, args.weight_endpoints)
+
+    def switch_hanging(signum: int, frame: Any) -> None:
+        if server.awake.is_set():
+            server.awake.clear()
+        else:
+            server.awake.set()
 
     def stop(signum: int, frame: Any) -> None:
         # `shutdown` waits for `serve_forever` to return, so it must run outside the thread serving.
@@ -656,6 +723,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGUSR1, switch_hanging)
     print(f"READY {server.server_address[1]}", flush=True)
     try:
         server.serve_forever(poll_interval=0.1)

@@ -120,7 +120,7 @@ def wait_until_ready(
         if process.poll() is not None:
             return f"the vLLM server exited with code {process.returncode}"
         try:
-            if requests.get(f"{base_url}/health", timeout=_POLL_SECONDS, headers=headers).status_code == 200:
+            if requests.get(f"{base_url}{routes.HEALTH}", timeout=_POLL_SECONDS, headers=headers).status_code == 200:
                 return None
         except requests.RequestException:
             pass

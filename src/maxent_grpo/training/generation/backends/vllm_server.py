@@ -35,6 +35,12 @@ logger with distinct prefixes and counted in ``VLLMServerBackend.stats``:
 - ``out of time``: the generation step's time budget (see `VLLMServerBackend.set_deadline`) was spent: requests in
   flight are cut off, no new try starts, and their prompts' groups come back empty.
 
+A server that hangs (the process is up, ``GET /health`` answers, completions never come back) is treated like one
+that died: once a request has been given up on its ``request_timeout``, the next calls first send a *canary* (a
+one-token completion, `CANARY_TIMEOUT_SECONDS` at most) and generate nothing, as an infrastructure failure, until one
+is answered. A server that restarted serving another model than before (``GET /v1/models``, asked before each weight
+push) is noticed before it is sent the training weights: `ServedModelChanged`.
+
 The HTTP side (connecting, retries, backoff) is `server_client.transport`, the request bodies and the reading of
 answers `server_client.wire`, and the weight versions `weights.server_sync`; this module puts them together.
 """
@@ -44,21 +50,25 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import requests
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from maxent_grpo.serving import routes
 from maxent_grpo.serving.key_guard import authorization_headers
 from maxent_grpo.training.generation.backends.prompt_encoding import encode_prompts
 from maxent_grpo.training.generation.backends.request_seeds import RequestSeeds
 from maxent_grpo.training.generation.contract.completion_check import CompletionCheck
 from maxent_grpo.training.generation.contract.protocol import Completion, TokenPrompt
 from maxent_grpo.training.generation.contract.sampling import SamplingSettings, check_int, check_number
+from maxent_grpo.training.generation.server_client.http_deadline import TRANSIENT_ERRORS, DeadlineAdapter, exchange
 from maxent_grpo.training.generation.server_client.transport import (
     COMPLETIONS_PATH,
     ServerTransport,
@@ -77,10 +87,30 @@ from maxent_grpo.training.generation.weights.server_sync import ServerWeightSync
 
 logger = logging.getLogger(__name__)
 
+#: Seconds a canary (a one-token completion asking whether a server that hung answers again) may take.
+CANARY_TIMEOUT_SECONDS = 15.0
+
+
+class ServedModelChanged(VLLMServerRequestError):
+    """The server serves another model than the one it served before (it restarted with another): a configuration
+    error, never retried. A `VLLMServerPool` marks such a member down and goes on with the others."""
+
+    def __init__(self, base_url: str, expected: str, served: list[str]) -> None:
+        RuntimeError.__init__(
+            self,
+            f"the vLLM server at {base_url} serves {', '.join(map(repr, served)) or 'no model'}, not {expected!r}, "
+            "the model the trainer generates with: it was restarted with another model",
+        )
+        self.status_code = 404
+        self.expected = expected
+        self.served = served
+
+
 _STAT_KEYS = (
     "requests",
     "retries",
     "infrastructure_failures",
+    "timeouts",
     "bad_data",
     "out_of_time",
     "weight_pushes",
@@ -142,7 +172,9 @@ class VLLMServerBackend:
 
     ``stats`` counts ``requests`` (HTTP completion requests sent, every try included), ``retries`` (tries that failed
     and were tried again), ``infrastructure_failures`` (requests abandoned after ``max_attempts``: their prompts came
-    back empty; and calls not sent because the server did not serve the trainer's weight version), ``bad_data``
+    back empty; and calls not sent because the server did not serve the trainer's weight version or, after it hung,
+    did not answer its canary), ``timeouts`` (of those, requests and weight pushes whose last try ran out its
+    ``request_timeout``: the server hung), ``bad_data``
     (answers or completions that were short, out of vocabulary, empty or malformed, and prompts the server rejected),
     ``out_of_time`` (requests given up, or not sent, because the step's time budget was spent) and, with
     ``weights_directory``, ``weight_pushes`` (versions loaded into the server), ``weight_resyncs`` (pushes of a version
@@ -198,6 +230,7 @@ class VLLMServerBackend:
         self._staged_model: torch.nn.Module | None = None  # staged without weights_directory: synced at publish
         self._check = CompletionCheck(self.vocab_size)
         self._rejected: set[tuple[int, ...]] = set()
+        self._hung = False  # a request was given up on its own timeout: a canary must be answered first
         self._transport = ServerTransport(
             self.base_url,
             request_timeout=self.request_timeout,
@@ -224,6 +257,8 @@ class VLLMServerBackend:
                 backoff=self._transport.backoff,
                 time_left=self._transport.time_left,
                 count=self._count,
+                cancelled=lambda: self._transport.abandoned,
+                before_push=self._check_model_unchanged,
             )
         )
         self._seeds = RequestSeeds(sampling.seed, sampling.process_index)
@@ -241,25 +276,30 @@ class VLLMServerBackend:
         weights = self._weights
         seeds = self._seeds.next_call(len(asked))
         if not asked:
-            if weights is not None and weights.pusher and self._transport.time_left() > 0:
-                weights.ensure()  # another process may be waiting for this one to push
+            # Another process may be waiting for this one to push.
+            if weights is not None and weights.pusher and self._transport.time_left() > 0 and not weights.ensure():
+                self._not_serving(weights, "no prompt")
             return groups
         if self._transport.time_left() <= 0:
             self._transport.out_of_time(f"{len(asked)} prompt(s) not sent", len(asked))
             return groups
         prompt_ids = encode_prompts(self.tokenizer, [prompts[i] for i in asked], self.sampling.chat_template_kwargs)
+        if self._hung and (cause := self.canary(min(CANARY_TIMEOUT_SECONDS, self._transport.time_left()))):
+            self._count("infrastructure_failures")
+            logger.warning(
+                "not generating for %d prompt(s): the vLLM server at %s hung (a request ran out its request_timeout) "
+                "and its canary, a one-token completion, was not answered: %s",
+                len(asked),
+                self.base_url,
+                cause,
+            )
+            return groups
         model = self._transport.served_model()
         if model is None:
             return groups
+        timeouts = self.stats["timeouts"]
         if weights is not None and not weights.ensure():
-            self._count("infrastructure_failures")
-            logger.warning(
-                "not generating for %d prompt(s): the vLLM server at %s does not serve the training weights (version "
-                "%r); their groups are retried or dropped",
-                len(asked),
-                self.base_url,
-                weights.version,
-            )
+            self._not_serving(weights, f"{len(asked)} prompt(s)")
             return groups
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(asked))) as executor:
             futures = [
@@ -268,11 +308,98 @@ class VLLMServerBackend:
             ]
             for i, future in zip(asked, futures, strict=True):
                 groups[i] = self._result_or_cancel(future, futures)
-        if weights is None or weights.version is None:
+        self._hung = self._hung or self.stats["timeouts"] > timeouts
+        if weights is None or weights.version is None or self._transport.abandoned:
             return groups
         if not weights.still_serves():
             return self._stale(groups, weights.version)
         return [[replace(c, weight_version=weights.version) for c in group] for group in groups]
+
+    def canary(self, timeout: float, model: str | None = None) -> str | None:
+        """Ask whether the server answers completions again: ``GET /v1/models`` must list ``model`` (default: the
+        model it served before, if any), then a one-token completion must be answered, all within ``timeout``
+        seconds. Returns None when it did (and the server is no longer taken for hung), else why not.
+
+        Raises:
+            ServedModelChanged: the server answers, serving another model.
+        """
+        began = time.monotonic()
+        # A session of its own: a connection kept alive to the server before it restarted is never reused.
+        with requests.Session() as session:
+            session.mount("http://", DeadlineAdapter(max_retries=0))
+            session.mount("https://", DeadlineAdapter(max_retries=0))
+            session.headers.update(self._transport.session.headers)
+            try:
+                listed = exchange(session, "GET", f"{self.base_url}{routes.MODELS}", None, began + max(timeout, 0.0))
+                served = [str(entry["id"]) for entry in listed.json()["data"]] if listed.status == 200 else None
+            except (*TRANSIENT_ERRORS, ValueError, KeyError, TypeError):
+                served = None
+            if served is None:
+                return "GET /v1/models was not answered with a model list"
+            expected = model or self._transport.known_model or (served[0] if served else None)
+            if expected is None:
+                return "it serves no model"
+            if expected not in served:
+                raise ServedModelChanged(self.base_url, expected, served)
+            payload = {"model": expected, "prompt": [self.tokenizer.eos_token_id or 0], "max_tokens": 1, "n": 1}
+            try:
+                answer = exchange(
+                    session, "POST", f"{self.base_url}{COMPLETIONS_PATH}", payload, began + max(timeout, 0.0)
+                )
+            except TRANSIENT_ERRORS as exc:
+                return f"its one-token completion was not answered within {timeout:g} s ({type(exc).__name__})"
+        if answer.status != 200:
+            return f"its one-token completion was answered with HTTP {answer.status}: {answer.text(200)}"
+        self._hung = False
+        return None
+
+    def served_models(self, timeout: float) -> list[str] | None:
+        """The model ids ``GET /v1/models`` lists now, within ``timeout`` seconds (None: no such answer)."""
+        return self._transport.served_models(timeout)
+
+    @property
+    def served_model(self) -> str | None:
+        """The model id the server said it serves (``GET /v1/models``), or None before it has been asked."""
+        return self._transport.known_model
+
+    def abandon(self) -> None:
+        """Give up the call in progress (a `VLLMServerPool` gave its groups to another server): requests in flight
+        are cut off, nothing more is sent, and what is left out is counted neither as a failure nor as out of time."""
+        self._transport.abandon()
+
+    def resume(self) -> None:
+        """Send again after `abandon`."""
+        self._transport.resume()
+
+    def _check_model_unchanged(self) -> None:
+        """Before the server is sent the training weights: raise `ServedModelChanged` when it now serves another
+        model than before (it restarted with one: the weights would not fit it, or it would serve them under another
+        name)."""
+        before = self._transport.known_model
+        if before is None:
+            return
+        served = self._transport.served_models(CANARY_TIMEOUT_SECONDS)
+        if served is not None and before not in served:
+            self._transport.forget_model()
+            raise ServedModelChanged(self.base_url, before, served)
+
+    def _not_serving(self, weights: ServerWeightSync, what: str) -> None:
+        """Count and log a call that sends ``what`` nothing because the server does not serve the trainer's version:
+        out of time when the step's deadline ended its push, an infrastructure failure otherwise (nothing once the
+        call was abandoned)."""
+        if self._transport.abandoned:
+            return
+        if self._transport.time_left() <= 0:
+            self._transport.out_of_time(f"{what} not sent: the weight push to {self.base_url} did not end in time")
+            return
+        self._count("infrastructure_failures")
+        logger.warning(
+            "not generating for %s: the vLLM server at %s does not serve the training weights (version %r); their "
+            "groups are retried or dropped",
+            what,
+            self.base_url,
+            weights.version,
+        )
 
     def _stale(self, groups: list[list[Completion]], version: str | None) -> list[list[Completion]]:
         """The completions of a call during which the server stopped serving the trainer's version, marked failed."""

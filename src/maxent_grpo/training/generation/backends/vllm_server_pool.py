@@ -4,32 +4,43 @@ A pool is what ``vllm_server_base_urls`` with more than one address builds: one 
 (each with its own connections, retries, seeds and weight-version checks), all sharing one weights directory (the
 disk transport). What the pool adds:
 
-- **Spreading.** Each ``generate`` call hands the prompts, round robin (starting one server further at each call),
-  to the servers that are *up*: those that
-  answered their last call without an infrastructure failure, and those not known to be up (all of them before the
-  first call) whose ``GET /health`` answers (a quick probe before every call but the one right after a server
-  failed). A server that fails during a call (refused connection, timeout, 5xx, not
-  serving the trainer's weight version in time) is marked down: its groups come back short and the trainer's retry
-  rounds ask for the missing completions again, which the pool then sends to the other servers.
+- **Spreading.** Each ``generate`` call splits the prompt groups over the servers that are *up*, in proportion to
+  each one's measured throughput (completions per second over its recent calls, `pool_members.split_by_rate`; equal
+  servers take turns), so a slow server gets less and all finish together. A server comes up the first time its
+  ``GET /health`` answers (a quick probe before each call) and it serves the pool's model (that of the first server
+  that came up).
+- **Hedging.** A server whose share is still out long after the others answered theirs (3 times as long and at least
+  5 s, or the step's deadline near) has its groups sent again to one that answered; the first answer is taken, the
+  other cut off (`pool_dispatch`).
+- **Down, and back.** A server is marked down, logged once per reason and counted, when it *fails* (refused
+  connection, 5xx, not serving the trainer's weight version in time), *hangs* (a request or weight push ran out its
+  ``request_timeout``, its share was still out at the step's deadline while the others answered, or it lost its
+  hedge) or serves *another model* (it restarted with one). A server that hangs is usually up in every other sense:
+  its ``GET /health`` answers. So a down server gets work again only once it answers a *canary*, a one-token
+  completion (`CANARY_TIMEOUT_SECONDS`), sent between two calls, one call after it went down and then after 2, 4,
+  ... calls while it fails them (`pool_members.Member`): a server that keeps hanging costs a bounded, shrinking
+  share. What a down server lost in its call is retried by the trainer's retry rounds on the others.
 - **Weights.** `sync_weights` writes each version once; every server is then checked to serve it before it generates
   (`weights.server_sync`), so a server that restarted gets it again (a resync) before it is given work, while the
-  others keep generating.
+  others keep generating. A push is bounded by the step's deadline too.
 - **Counts.** ``stats`` sums the servers' counters (the keys of `VLLMServerBackend.stats`) and adds, per server ``k``
   (its index in ``base_urls``), ``servers/<k>/requests``, ``servers/<k>/failures`` (infrastructure failures),
-  ``servers/<k>/completions`` and ``servers/<k>/resyncs``; the trainer logs how much each grew per step.
+  ``servers/<k>/completions`` (those taken: an answer that lost its hedge is discarded), ``servers/<k>/resyncs``,
+  ``servers/<k>/hangs`` and ``servers/<k>/hedged`` (its shares sent again elsewhere); the trainer logs how much each
+  grew per step.
 
-Until a first server has come up, a call waits for one (`HealthWait` over all of them, ``connection_timeout`` in
-all) and raises `VLLMServerUnavailableError` when none has, which stops training as with one server. Once one has
-been up, a call that finds none up sends nothing: its groups are retried or dropped, and the trainer stops after
-``generation_max_consecutive_empty_batches`` empty batches, as with one server that died. Every process makes the
-same backend calls (I7); each judges for itself which servers are up, and the process that pushes the weights (rank 0)
-loads them, in every call, into every server that answers its ``GET /health``, with or without prompts for it, so
-that another process that sends prompts to a server finds it serving the new version. Every process must be given
-the same list of servers.
+Until a first server has come up, a call waits for one (`HealthWait` over all of them, ``connection_timeout`` in all)
+and raises `~maxent_grpo.training.generation.server_client.transport.VLLMServerUnavailableError` when none has, which
+stops training as with one server. Once one has been up, a call that finds none up sends nothing: its groups are
+retried or dropped, and the trainer stops after ``generation_max_consecutive_empty_batches`` empty batches, as with one
+server that died. Every process makes the same backend calls (I7); each judges for itself which servers are up (hedges
+and canaries are each process's own business: they add no collective), and the process that pushes the weights (rank 0)
+loads them, in every call, into every server it finds up, with or without prompts for it, so that another process that
+sends prompts to a server finds it serving the new version. Every process must be given the same list of servers.
 
 Unlike vLLM's own data parallelism (one server process, several engines behind one address), the servers of a pool
-are independent processes, on one machine or several: one that dies or restarts costs its share of a call, not the
-run.
+are independent processes, on one machine or several: one that dies, hangs, slows down or restarts costs its share
+of a call, not the run.
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,15 +58,23 @@ from typing import Any
 import requests
 import torch
 
+from maxent_grpo.serving import routes
 from maxent_grpo.serving.key_guard import authorization_headers
+from maxent_grpo.training.generation.backends.pool_dispatch import Outcome, PoolCall, WrongModel
+from maxent_grpo.training.generation.backends.pool_members import Member, split_by_rate
 from maxent_grpo.training.generation.backends.request_seeds import request_seed
-from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
+from maxent_grpo.training.generation.backends.vllm_server import (
+    CANARY_TIMEOUT_SECONDS,
+    ServedModelChanged,
+    VLLMServerBackend,
+)
 from maxent_grpo.training.generation.contract.protocol import Completion, TokenPrompt
 from maxent_grpo.training.generation.contract.sampling import SamplingSettings
+from maxent_grpo.training.generation.server_client.server_address import same_server
 from maxent_grpo.training.generation.server_client.transport import (
     BACKEND_TIMEOUT_SETTING,
     HealthWait,
-    VLLMServerUnavailableError,
+    VLLMServerRequestError,
 )
 from maxent_grpo.training.generation.weights.directory import WeightDirectory
 
@@ -64,7 +83,7 @@ logger = logging.getLogger(__name__)
 #: Seconds a down server's ``GET /health`` probe may take before each call.
 PROBE_TIMEOUT_SECONDS = 2.0
 #: The per-server counters in ``VLLMServerPool.stats``, each under ``servers/<k>/<name>``.
-SERVER_STAT_NAMES = ("requests", "failures", "completions", "resyncs")
+SERVER_STAT_NAMES = ("requests", "failures", "completions", "resyncs", "hangs", "hedged")
 
 
 def _member_sampling(sampling: SamplingSettings, k: int) -> SamplingSettings:
@@ -79,7 +98,7 @@ class VLLMServerPool:
     """Generate with several vLLM servers; see the module docstring.
 
     Args:
-        base_urls: the servers' root URLs (at least two, all different), e.g. ``["http://gen0:8000",
+        base_urls: the servers' root URLs (at least two, each reaching another server: `server_address`), e.g. ``["http://gen0:8000",
             "http://gen1:8000"]``; a server's index in this list names it in ``stats`` and in log lines.
         weights_directory: the disk transport's directory, which every server must read under the same path; None:
             the servers keep their own weights (off-policy, warned once).
@@ -103,9 +122,8 @@ class VLLMServerPool:
         urls = [url.rstrip("/") if isinstance(url, str) else url for url in base_urls]
         if len(urls) < 2:
             raise ValueError(f"a pool needs at least two server URLs, got {list(base_urls)!r}")
-        repeated = sorted({url for url in urls if urls.count(url) > 1})
-        if repeated:
-            raise ValueError(f"each server URL must appear once, got {repeated} more than once")
+        if (twice := same_server(urls)) is not None:
+            raise ValueError(f"each server must appear once: {twice[0]!r} and {twice[1]!r} reach the same one")
         sampling: SamplingSettings = options.pop("sampling")
         # One directory for all: each version is written once, and a delta's whole weights once, for any server.
         directory = (
@@ -122,10 +140,17 @@ class VLLMServerPool:
         self.base_urls = [server.base_url for server in self.servers]
         self.wants_logprobs = self.servers[0].wants_logprobs
         self._headers = authorization_headers(api_key)
-        self._up = [False] * len(self.servers)  # each is probed before the first call, then judged by its calls
+        # Each is probed before the first call, then judged by its calls.
+        self.members = [Member() for _ in self.servers]
         self._calls = 0
-        self._down_at = [-2] * len(self.servers)  # the call in which each server was last marked down (-2: never)
         self._completions = [0] * len(self.servers)
+        self._hangs = [0] * len(self.servers)
+        self._hedged = [0] * len(self.servers)
+        self._told: dict[int, str] = {}  # server -> the reason it is down that was logged
+        self._model: str | None = None  # the model the pool generates with: the first server's that came up
+        self._busy: dict[int, Future[Any]] = {}  # servers whose abandoned call still ends in the background
+        self._canaries: dict[int, tuple[Future[str | None], float]] = {}  # server -> its canary, when sent
+        self.executor = ThreadPoolExecutor(max_workers=4 * len(self.servers), thread_name_prefix="vllm-pool")
         self._lock = threading.Lock()
         self._ever_up = False
         self._refusing: set[int] = set()  # servers warned about for refusing the key
@@ -149,49 +174,45 @@ class VLLMServerPool:
             raise ValueError(f"counts must have one entry per prompt ({len(prompts)}), got {len(counts)}")
         groups: list[list[Completion]] = [[] for _ in prompts]
         self._calls += 1
-        answering = self._admit(self._probe([k for k in range(len(self.servers)) if not self._up[k]]))
-        up = [k for k in range(len(self.servers)) if self._up[k]]
+        self._settle_background()
+        fresh = [k for k, member in enumerate(self.members) if member.down_since is None and not member.up]
+        # A server that failed loud (refused connections, 5xx) rather than hung is asked by GET /health again, on the
+        # canaries' schedule one call later (the call right after its failure, the retry round, goes to the others):
+        # a process that died and restarted answers it, and a new process is no hung engine.
+        failed = [
+            k
+            for k, member in enumerate(self.members)
+            if member.reason == "failed" and member.canary_due(self._calls - 1)
+        ]
+        back = self._admit(self._probe(fresh + failed))
+        for k in set(failed) - set(back):
+            self.members[k].canary_failed(self._calls)
+        up = [k for k, member in enumerate(self.members) if member.up and k not in self._busy]
         if not up and not self._ever_up:
-            answering = up = self._wait_for_first()
+            up = self._wait_for_first()
         asked = [i for i, count in enumerate(counts) if count > 0]
         if not up and asked:
             logger.warning("no vLLM server of the pool answers: %d prompt(s) not sent", len(asked))
-        shares: dict[int, list[int]] = {k: [] for k in up}
-        for n, i in enumerate(asked if up else [], start=self._calls):  # the first server changes from call to call
-            shares[up[n % len(up)]].append(i)
-        # The pusher loads the weights into every server that answers, given work or not: another process judges
-        # for itself which servers are up, and one that sends prompts to a server waits for it to serve the version.
-        called = sorted(set(up) | set(answering)) if self._pusher() else [k for k in up if shares[k]]
-        if not called:
-            return groups
-        error: BaseException | None = None
-        with ThreadPoolExecutor(max_workers=len(called)) as executor:
-            futures = {
-                k: executor.submit(self._call, k, *self._share(shares.get(k, []), prompts, counts)) for k in called
-            }
-            for k, future in futures.items():
-                try:
-                    outcome = future.result()
-                except VLLMServerUnavailableError as exc:
-                    self._mark_down(k, str(exc))
-                    continue
-                except BaseException as exc:  # raised once the others are cut off
-                    if error is None:
-                        error = exc
-                        self._cut_off(other for other in called if other != k)
-                    continue
-                for i, group in zip(shares.get(k, []), outcome, strict=True):
-                    groups[i] = group
-        if error is not None:
-            self.set_deadline(self._deadline)
-            raise error
+        shares = split_by_rate(
+            asked if up else [],
+            counts,
+            {k: self.members[k].rate for k in up},
+            first=self._calls % max(len(up), 1),
+            at_least_one=[k for k in up if self.members[k].probe],
+        )
+        known = [self.members[k].rate for k in up if self.members[k].rate is not None]
+        for k in up if asked else []:
+            if not shares[k] and known:
+                self.members[k].passed_over(max(known))
+        # The pusher loads the weights into every server that is up, given work or not: another process judges for
+        # itself which servers are up, and one that sends prompts to a server waits for it to serve the version.
+        called = up if self._pusher() else [k for k in up if shares[k]]
+        if called:
+            PoolCall(self, shares, prompts, counts, groups).run(called)
+        self._start_canaries()
         return groups
 
-    @staticmethod
-    def _share(indices: list[int], prompts: Sequence[Any], counts: Sequence[int]) -> tuple[list[Any], list[int]]:
-        return [prompts[i] for i in indices], [counts[i] for i in indices]
-
-    def _cut_off(self, indices: Iterable[int]) -> None:
+    def cut_off(self, indices: Iterable[int]) -> None:
         """End the calls of the servers of ``indices`` now: nothing more sent, requests in flight cut off."""
         for k in indices:
             self.servers[k].set_deadline(time.monotonic())
@@ -205,8 +226,15 @@ class VLLMServerPool:
             counted = dict(server.stats)
             for key, value in counted.items():
                 totals[key] = totals.get(key, 0) + value
-            mine = (counted["requests"], counted["infrastructure_failures"], self._completions[k])
-            for name, value in zip(SERVER_STAT_NAMES, (*mine, counted["weight_resyncs"]), strict=True):
+            mine = (
+                counted["requests"],
+                counted["infrastructure_failures"],
+                self._completions[k],
+                counted["weight_resyncs"],
+                self._hangs[k],
+                self._hedged[k],
+            )
+            for name, value in zip(SERVER_STAT_NAMES, mine, strict=True):
                 totals[f"servers/{k}/{name}"] = value
         return totals
 
@@ -251,8 +279,16 @@ class VLLMServerPool:
         """``prompts`` as the token ids the servers are sent them as."""
         return self.servers[0].token_prompts(prompts)
 
+    @property
+    def deadline(self) -> float | None:
+        """The step's deadline (`set_deadline`), a `time.monotonic` instant, or None."""
+        return self._deadline
+
     def close(self) -> None:
-        """Close every server's connections."""
+        """Close every server's connections, cutting off what is still in flight."""
+        for server in self.servers:
+            server.abandon()
+        self.executor.shutdown(wait=False, cancel_futures=True)
         for server in self.servers:
             server.close()
 
@@ -262,23 +298,111 @@ class VLLMServerPool:
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         return not distributed or torch.distributed.get_rank() == 0
 
-    def _call(self, k: int, prompts: list[Any], counts: list[int]) -> list[list[Completion]]:
+    def member_generate(self, k: int, prompts: list[Any], counts: list[int]) -> list[list[Completion]]:
+        """Server ``k``'s ``generate`` (on a pool thread); raises `WrongModel` when it serves another model than the
+        pool's."""
         server = self.servers[k]
-        failures = server.stats["infrastructure_failures"]
-        groups = server.generate(prompts, counts)
+        try:
+            return server.generate(prompts, counts)
+        except ServedModelChanged as exc:
+            raise WrongModel(exc.served) from exc
+        except VLLMServerRequestError as exc:
+            served = server.served_models(PROBE_TIMEOUT_SECONDS) if exc.status_code == 404 else None
+            if served is not None and self._model is not None and self._model not in served:
+                raise WrongModel(served) from exc
+            raise
+
+    def judge(self, k: int, outcome: Outcome) -> bool | None:
+        """What server ``k``'s call says of it (`pool_dispatch`): True when it answered in full, False when it was
+        marked down, None when its answer must be discarded (it serves another model)."""
+        served = self.servers[k].served_model
+        if self._model is None:
+            self._model = served
+        elif served is not None and served != self._model:
+            self.wrong_model(k, [served])
+            return None
+        if outcome.grew.get("timeouts"):
+            self.mark_down(k, "hung", "a request ran out its request_timeout (see the lines above)")
+            return False
+        if outcome.grew.get("infrastructure_failures"):
+            self.mark_down(k, "failed", "an infrastructure failure (see the lines above)")
+            return False
+        return not outcome.grew.get("out_of_time")
+
+    def count_completions(self, k: int, amount: int) -> None:
+        """Count ``amount`` completions taken from server ``k``."""
         with self._lock:
-            self._completions[k] += sum(len(group) for group in groups)
-        if server.stats["infrastructure_failures"] > failures and self._time_left() > 0:
-            self._mark_down(k, "an infrastructure failure (see the lines above)")
-        return groups
+            self._completions[k] += amount
+
+    def count_hedge(self, k: int) -> None:
+        """Count a share of server ``k`` sent again to another server."""
+        with self._lock:
+            self._hedged[k] += 1
+
+    def abandoned(self, k: int, call: Future[Any], cause: str) -> None:
+        """Server ``k`` lost its hedge: cut its call off (left to end in the background, its answer discarded) and
+        mark it down as hung."""
+        self.servers[k].abandon()
+        self._busy[k] = call
+        self.mark_down(k, "hung", cause)
+
+    def wrong_model(self, k: int, served: list[str]) -> None:
+        """Server ``k`` serves ``served``, not the pool's model: marked down until a canary finds the right one."""
+        self.servers[k].abandon()
+        self.mark_down(
+            k,
+            "wrong model",
+            f"it serves {', '.join(map(repr, served)) or 'no model'}, and the trainer expects {self._model!r}",
+        )
+
+    def _settle_background(self) -> None:
+        """At a call's start: forget the abandoned calls that have ended, and act on the canaries that have."""
+        for k, call in list(self._busy.items()):
+            if call.done():
+                del self._busy[k]
+        for k, (canary, sent) in list(self._canaries.items()):
+            overdue = time.monotonic() - sent > 2 * CANARY_TIMEOUT_SECONDS  # left behind (it ends by its own bound)
+            if not canary.done() and not overdue:
+                continue
+            del self._canaries[k]
+            member = self.members[k]
+            try:
+                cause = canary.result() if canary.done() else "no answer"
+            except ServedModelChanged as exc:
+                self.wrong_model(k, exc.served)
+                cause = str(exc)
+            if cause is None:
+                member.bring_up()
+                self._told.pop(k, None)
+                self._note_up(k, "it answered a canary, a one-token completion")
+            else:
+                member.canary_failed(self._calls)
+                logger.info(
+                    "vLLM server %d (%s) is still down (%s): its canary was not answered: %s; next try in %d call(s)",
+                    k,
+                    self.base_urls[k],
+                    member.reason,
+                    cause,
+                    member.retry_at - self._calls,
+                )
+
+    def _start_canaries(self) -> None:
+        """At a call's end: send a canary to each down server whose time has come, to run while the trainer trains
+        (its answer is read at the next call)."""
+        for k, member in enumerate(self.members):
+            due = member.canary_due(self._calls + 1) and member.reason != "failed"  # those: GET /health (`generate`)
+            if due and k not in self._busy and k not in self._canaries:
+                self.servers[k].resume()
+                canary = self.executor.submit(self.servers[k].canary, CANARY_TIMEOUT_SECONDS, self._model)
+                self._canaries[k] = (canary, time.monotonic())
 
     def _note_up(self, k: int, why: str) -> None:
         with self._lock:
-            again, self._up[k] = self._down_at[k] >= 0, True
+            again = self.members[k].down_since is not None
             self._ever_up = True
         if again:
             logger.warning(
-                "vLLM server %d (%s) answers again (%s): it gets its share of the prompts from this call, once it "
+                "vLLM server %d (%s) answers again (%s): it gets a share of the prompts from this call, once it "
                 "serves the training weights",
                 k,
                 self.base_urls[k],
@@ -319,7 +443,7 @@ class VLLMServerPool:
     ) -> dict[int, requests.Response | requests.RequestException]:
         def one(k: int) -> requests.Response | requests.RequestException:
             try:
-                return requests.get(f"{self.base_urls[k]}/health", headers=self._headers, timeout=timeout)
+                return requests.get(f"{self.base_urls[k]}{routes.HEALTH}", headers=self._headers, timeout=timeout)
             except requests.RequestException as exc:
                 return exc
 
@@ -348,26 +472,40 @@ class VLLMServerPool:
         return statuses
 
     def _admit(self, statuses: dict[int, int | None]) -> list[int]:
-        """The servers of ``statuses`` that answered 200; those of them not marked down in the call before this one
-        are given work again (the call right after one that marked a server down, the trainer's retry of what it
-        lost, goes to the others: this matters for a server that answers its health check but fails its requests)."""
-        answering = [k for k, status in statuses.items() if status == 200]
-        for k in answering:
-            if self._calls > self._down_at[k] + 1:
-                self._note_up(k, "its GET /health answers")
-        return answering
+        """Bring up the servers of ``statuses`` (none of them up before) that answered 200 and serve the pool's model
+        (the first of them to come up sets it); the servers brought up."""
+        admitted = []
+        for k in sorted(k for k, status in statuses.items() if status == 200):
+            served = self.servers[k].served_models(PROBE_TIMEOUT_SECONDS)
+            if served is None:
+                continue
+            if self._model is None and served:
+                self._model = served[0]
+            if self._model not in served:
+                self.wrong_model(k, served)
+                continue
+            self.members[k].bring_up()
+            self._note_up(k, "its GET /health answers")
+            admitted.append(k)
+        return admitted
 
     def _time_left(self) -> float:
         return math.inf if self._deadline is None else self._deadline - time.monotonic()
 
-    def _mark_down(self, k: int, cause: str) -> None:
+    def mark_down(self, k: int, reason: str, cause: str) -> None:
+        """Give server ``k`` no work until a canary is answered (`Member`); logged once per reason."""
         with self._lock:
-            was_up, self._up[k] = self._up[k], False
-            self._down_at[k] = self._calls
-        if was_up:
+            self.members[k].mark_down(self._calls, reason)
+            if reason == "hung":
+                self._hangs[k] += 1
+            told = self._told.get(k) == reason
+            self._told[k] = reason
+        if not told:
             logger.warning(
-                "vLLM server %d (%s) failed: %s; its prompts go to the other servers until its GET /health answers",
+                "vLLM server %d (%s) is marked down (%s): %s; its prompts go to the other servers until it answers a "
+                "canary (a one-token completion), tried after 1, 2, 4, ... calls",
                 k,
                 self.base_urls[k],
+                reason,
                 cause,
             )

@@ -7,6 +7,9 @@ generation step's deadline (`ServerTransport.deadline`). A 4xx that no prompt ca
 `VLLMServerRequestError` at once; any other 4xx answer to a completion request is returned to the caller, who treats
 it as the server rejecting that request's prompt.
 
+A server pool can *abandon* a server's call (`ServerTransport.abandon`: its groups went to another server): its
+exchanges in flight are cut off and nothing more is sent, counted neither as a failure nor as out of time.
+
 `HealthWait` is the wait for a server to come up (``GET /health``), shared with the client TRL builds in server
 mode (`server_client.trl_client`): one warning when the server is found down, one ``still waiting`` line every
 `STILL_WAITING_EVERY` seconds, and after ``vllm_server_timeout`` seconds one `VLLMServerUnavailableError` naming the
@@ -24,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import requests
+import urllib3
 
 from maxent_grpo.serving import routes
 from maxent_grpo.training.generation.contract.protocol import GenerationStopped
@@ -103,6 +107,11 @@ class VLLMServerUnavailableError(GenerationStopped, ConnectionError):
             f"the vLLM server at {base_url} has not come up within {connection_timeout:g} s ({polls}{cause}): is it "
             f"running, at this address? Start it first (maxent-grpo vllm-serve), or give it longer ({setting})"
         )
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """Whether ``exc`` says that an exchange ran out of time (not that it was refused or broken off)."""
+    return isinstance(exc, requests.Timeout | urllib3.exceptions.ReadTimeoutError) or "timed out" in str(exc)
 
 
 def _describe(exc: BaseException) -> str:
@@ -250,6 +259,7 @@ class ServerTransport:
         connection_timeout: seconds the server has to come up, counted from the first `served_model` call.
         count: ``count(stat, amount)`` adds to the owner's counters: ``requests`` (completion requests sent, every
             try included), ``retries``, ``infrastructure_failures`` (requests given up after ``max_attempts``),
+            ``timeouts`` (of those, the ones whose last try ran out its own ``request_timeout``: the server hangs),
             ``out_of_time`` and ``bad_data`` (a model list without a model id).
         log: where retries, failures and waits are logged (the owning backend's logger, so that all of one
             backend's messages come under one name).
@@ -283,6 +293,7 @@ class ServerTransport:
         self._jitter = random.Random()
         self._model_lock = threading.Lock()
         self._model: str | None = None
+        self._abandoned = threading.Event()
         self._health: HealthWait | None = None  # from the first `served_model` call on
         # `max_retries=0`: urllib3 must not retry behind our back; `send` owns the retry policy.
         self.session = requests.Session()
@@ -300,8 +311,26 @@ class ServerTransport:
         delay = self.backoff_seconds * 2 ** (attempt - 1) * self._jitter.uniform(0.5, 1.0)
         time.sleep(max(min(delay, self.time_left()), 0.0))
 
+    @property
+    def abandoned(self) -> bool:
+        """Whether the call in progress was abandoned (`abandon`) and not resumed since (`resume`)."""
+        return self._abandoned.is_set()
+
+    def abandon(self) -> None:
+        """Give up the call in progress: exchanges in flight are cut off, nothing more is sent, and what is left out
+        is counted neither as a failure nor as out of time (another server was given its groups)."""
+        self._abandoned.set()
+        self.cut_off_all()
+
+    def resume(self) -> None:
+        """Send again after `abandon` (the next call)."""
+        self._abandoned.clear()
+
     def out_of_time(self, what: str, amount: int = 1) -> None:
-        """Count and log ``amount`` requests given up, or not sent, because `deadline` has passed."""
+        """Count and log ``amount`` requests given up, or not sent, because `deadline` has passed (not counted once
+        the call was abandoned)."""
+        if self.abandoned:
+            return
         self._count("out_of_time", amount)
         self._log.warning("out of time: %s: the generation step's time budget is spent", what)
 
@@ -321,8 +350,10 @@ class ServerTransport:
             VLLMServerRequestError: a 4xx that concerns the configuration.
         """
         url = f"{self.base_url}{path}"
-        cause = "not sent"
+        cause, timed_out = "not sent", False
         for attempt in range(1, self.max_attempts + 1):
+            if self.abandoned:
+                return None
             time_left = self.time_left()
             if attempt > 1 and time_left > 0:
                 self._count("retries", 1)
@@ -341,7 +372,10 @@ class ServerTransport:
                 )
             except TRANSIENT_ERRORS as exc:
                 cause = _describe(exc)
+                # Its own timeout, not the step's deadline nor a cut-off: the server did not answer in time.
+                timed_out = is_timeout(exc) and self.time_left() > 0 and not self.abandoned
                 continue
+            timed_out = False
             if answer.status < 400:
                 return answer
             if answer.status < 500 and answer.status not in _TRANSIENT_STATUSES:
@@ -349,10 +383,14 @@ class ServerTransport:
                     return answer
                 raise VLLMServerRequestError(method, url, answer.status, answer.text(500))
             cause = f"HTTP {answer.status}: {answer.text(200)}"
+        if self.abandoned:
+            return None
         if self.time_left() <= 0:
             self.out_of_time(f"{method} {url} given up ({cause})")
             return None
         self._count("infrastructure_failures", 1)
+        if timed_out:
+            self._count("timeouts", 1)
         self._log.warning(
             "infrastructure failure: %s %s failed after %d attempt(s): %s", method, url, self.max_attempts, cause
         )
@@ -402,6 +440,24 @@ class ServerTransport:
                 return None
             self._log.info("vLLM server at %s serves model %r", self.base_url, self._model)
             return self._model
+
+    @property
+    def known_model(self) -> str | None:
+        """The model id `served_model` read, or None before it has."""
+        return self._model
+
+    def forget_model(self) -> None:
+        """Read the served model id again at the next `served_model` (the server restarted, maybe with another)."""
+        with self._model_lock:
+            self._model = None
+
+    def served_models(self, timeout: float) -> list[str] | None:
+        """The ids ``GET /v1/models`` lists now, within ``timeout`` seconds; None when it does not answer with them."""
+        try:
+            answer = exchange(self.session, "GET", f"{self.base_url}{routes.MODELS}", None, time.monotonic() + timeout)
+            return [str(entry["id"]) for entry in answer.json()["data"]] if answer.status == 200 else None
+        except (*TRANSIENT_ERRORS, ValueError, KeyError, TypeError):
+            return None
 
     def cut_off_all(self) -> None:
         """Cut off every exchange of the session in flight now; each ends as an infrastructure failure."""

@@ -20,7 +20,9 @@ hold that one (a restart) gets the whole version instead. Any other process wait
 Failures are of two kinds:
 
 - the server cannot be reached (refused connection, timeout): an infrastructure fault; the call generates nothing and
-  its groups are retried or dropped like any other missing slots;
+  its groups are retried or dropped like any other missing slots. A push is bounded by ``request_timeout`` and by the
+  generation step's deadline like any request (a server whose engine hangs must not hold the step); one cut off
+  part-way leaves the server without the version's claim, so it is pushed again;
 - the server answers but does not take the weights (the reload failed, or loaded only part of them): tried again with
   backoff within the step's time budget; after ``max_attempts`` refusals in a row `WeightsRefused` stops training.
   A server started without the development endpoints or without the worker extension is refused at once (a
@@ -45,6 +47,7 @@ from maxent_grpo.serving.reload_extension import DELTA_BASE_MISSING, EXTENSION_Q
 from maxent_grpo.serving.routes import RELOAD_METHOD
 from maxent_grpo.training.generation.contract.protocol import GenerationStopped
 from maxent_grpo.training.generation.server_client.http_deadline import TRANSIENT_ERRORS, Answer, exchange
+from maxent_grpo.training.generation.server_client.transport import is_timeout
 from maxent_grpo.training.generation.weights.directory import WeightDirectory
 
 logger = logging.getLogger(__name__)
@@ -114,7 +117,11 @@ class ServerWeightSync:
         max_attempts: pushes tried per call, and refusals in a row that stop training.
         backoff: ``backoff(k)`` sleeps before the k+1-th try.
         time_left: seconds left of the generation step's budget (infinite without one).
-        count: ``count(stat)`` adds one to the backend's stat.
+        count: ``count(stat)`` adds one to the backend's stat (``timeouts`` for a push given up on its timeout).
+        cancelled: whether the call was abandoned (a server pool gave its groups to another server): nothing more is
+            sent, and a wait for another process's push ends.
+        before_push: called before each push; it raises to stop the push (the server restarted serving another
+            model, into which the training weights would not load).
     """
 
     def __init__(
@@ -129,6 +136,8 @@ class ServerWeightSync:
         backoff: Callable[[int], None],
         time_left: Callable[[], float],
         count: Callable[[str], None],
+        cancelled: Callable[[], bool] = lambda: False,
+        before_push: Callable[[], None] = lambda: None,
     ) -> None:
         self.base_url = base_url
         self.session = session
@@ -139,6 +148,8 @@ class ServerWeightSync:
         self._backoff = backoff
         self._time_left = time_left
         self._count = count
+        self._cancelled = cancelled
+        self._before_push = before_push
         self.pusher = not _distributed() or torch.distributed.get_rank() == 0
         self.version: str | None = None
         self._token: str | None = None
@@ -266,6 +277,8 @@ class ServerWeightSync:
         left = min(timeout, self._time_left()) if within_step else timeout
         if left <= 0:
             raise requests.Timeout("the generation step's time budget is spent")
+        if self._cancelled():
+            raise requests.ConnectionError("the call was abandoned")
         try:
             return exchange(self.session, method, f"{self.base_url}{path}", payload, time.monotonic() + left)
         except TRANSIENT_ERRORS as exc:
@@ -276,7 +289,7 @@ class ServerWeightSync:
         """Poll until the server claims the trainer's version (pushed by another process); False when it cannot be
         reached, the pusher gave up on it, or the pusher's tries could have ended."""
         deadline = time.monotonic() + min(self._time_left(), self.max_attempts * self.request_timeout)
-        while True:
+        while not self._cancelled():
             served = self.served_version()
             if served == self.version:
                 return True
@@ -292,6 +305,7 @@ class ServerWeightSync:
                 )
                 return False
             time.sleep(min(_WAIT_POLL_SECONDS, remaining))
+        return False
 
     def _push(self, served: str | None) -> bool:
         """Push the trainer's version (``served``: what the server said it serves, None when not asked)."""
@@ -299,6 +313,7 @@ class ServerWeightSync:
             raise self._refused
         version = self.version
         assert version is not None
+        self._before_push()
         if version in self._pushed:
             self._count("weight_resyncs")
             logger.warning(
@@ -308,16 +323,19 @@ class ServerWeightSync:
                 version,
                 version,
             )
-        cause = "not tried: the generation step's time budget is spent"
+        cause, timed_out = "not tried: the generation step's time budget is spent", False
         for attempt in range(1, self.max_attempts + 1):
             if attempt > 1:
                 self._backoff(attempt - 1)
-            if self._time_left() <= 0:
+            if self._time_left() <= 0 or self._cancelled():
                 break
             try:
                 refusal = self._push_once(version)
             except TRANSIENT_ERRORS as exc:
+                if self._cancelled():
+                    return False
                 cause = f"{type(exc).__name__}: {exc}"
+                timed_out = is_timeout(exc) and self._time_left() > 0
                 logger.warning("weight push to %s failed (attempt %d): %s", self.base_url, attempt, cause)
                 continue
             except LookupError as exc:  # a newer version is written: this one cannot be pushed whole any more
@@ -337,6 +355,10 @@ class ServerWeightSync:
                     f"the vLLM server at {self.base_url} refused the training weights {self._refusals} times in a "
                     f"row, last: {refusal}"
                 )
+        if self._cancelled():
+            return False
+        if timed_out:
+            self._count("timeouts")
         logger.warning(
             "infrastructure failure: weight version %r not pushed to %s: %s; not generating from it",
             version,
@@ -382,9 +404,7 @@ class ServerWeightSync:
             if refusal is not None:
                 return refusal
         started = time.perf_counter()
-        claimed = self._exchange(
-            "POST", routes.UPDATE_WEIGHT_VERSION, {"new_version": version}, self.request_timeout, within_step=False
-        )
+        claimed = self._exchange("POST", routes.UPDATE_WEIGHT_VERSION, {"new_version": version}, self.request_timeout)
         seconds["claim"] = time.perf_counter() - started
         if claimed.status != 200:
             return f"POST /update_weight_version answered HTTP {claimed.status}: {claimed.text(300)}"
@@ -399,7 +419,7 @@ class ServerWeightSync:
         for attempt in range(_RESET_ATTEMPTS):
             if attempt:
                 time.sleep(_RESET_PAUSE_SECONDS)
-            answer = self._exchange("POST", routes.RESET_PREFIX_CACHE, None, self.request_timeout, within_step=False)
+            answer = self._exchange("POST", routes.RESET_PREFIX_CACHE, None, self.request_timeout)
             if answer.status != 200:
                 return f"POST /reset_prefix_cache answered HTTP {answer.status}: {answer.text(300)}"
             try:
@@ -413,10 +433,10 @@ class ServerWeightSync:
         )
 
     def _reload(self, path: Path, version: str, keep: str) -> Answer:
-        """``POST /collective_rpc`` of the extension's reload of ``path`` (it runs to its end once sent, whatever is
-        left of the step's time budget)."""
+        """``POST /collective_rpc`` of the extension's reload of ``path``, ended by ``request_timeout`` and the step's
+        deadline (a server whose engine hangs must not hold the step: it is pushed again once it answers)."""
         payload = {"method": RELOAD_METHOD, "kwargs": {"weights_path": str(path), "version": version, "keep": keep}}
-        return self._exchange("POST", routes.COLLECTIVE_RPC, payload, self.request_timeout, within_step=False)
+        return self._exchange("POST", routes.COLLECTIVE_RPC, payload, self.request_timeout)
 
     def _reload_problem(self, answer: Answer) -> tuple[str | None, dict[str, Any]]:
         """Why the reload's answer refuses the weights (None: taken), and the first worker's report."""
