@@ -177,16 +177,15 @@ class VLLMServerPool:
         self._settle_background()
         fresh = [k for k, member in enumerate(self.members) if member.down_since is None and not member.up]
         # A server that failed loud (refused connections, 5xx) rather than hung is asked by GET /health again, on the
-        # canaries' schedule one call later (the call right after its failure, the retry round, goes to the others):
-        # a process that died and restarted answers it, and a new process is no hung engine.
+        # canaries' schedule one call later (the call right after its failure, the retry round, goes to the others),
+        # then every call until it answers: a process that died and restarted answers it, and a new process is no hung
+        # engine. One that answers and fails again waits twice as long each time (`Member.mark_down`).
         failed = [
             k
             for k, member in enumerate(self.members)
             if member.reason == "failed" and member.canary_due(self._calls - 1)
         ]
-        back = self._admit(self._probe(fresh + failed))
-        for k in set(failed) - set(back):
-            self.members[k].canary_failed(self._calls)
+        self._admit(self._probe(fresh + failed))  # one not answering yet is asked again next call (a refused probe)
         up = [k for k, member in enumerate(self.members) if member.up and k not in self._busy]
         if not up and not self._ever_up:
             up = self._wait_for_first()
