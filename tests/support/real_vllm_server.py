@@ -204,6 +204,15 @@ class SharedVLLMServer:
         self.process = self.process.restarted()
         return self.start(timeout)
 
+    def warm_up(self, timeout: float = 300.0) -> None:
+        """One one-token completion, waited for: a fresh CPU engine spends seconds on its first request (more on a
+        loaded machine), which a test that restarts a server keeps out of the steps it measures, as a deployment's
+        readiness check that generates would."""
+        model = self._call("GET", "/v1/models").json()["data"][0]["id"]
+        payload = {"model": model, "prompt": "a", "max_tokens": 1}
+        answer = requests.post(f"{self.base_url}/v1/completions", json=payload, timeout=timeout)
+        assert answer.status_code == 200, f"POST /v1/completions: HTTP {answer.status_code}: {answer.text[:500]}"
+
     def alive(self) -> bool:
         if self.process.process is None or self.process.process.poll() is not None:
             return False
