@@ -52,8 +52,8 @@ def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.Captur
     benchmark.heldout_prompts = lambda: prompts
     benchmark.probe_prompts = lambda: ("5310:", "9870:")
     argv = ["--seeds", "2", "--first-seed", "3", "--steps", "2", "--prompts-per-step", "2", "--samples", "256"]
-    argv += ["--entropy-grid", "0.01", "0.1", "--output-dir", str(tmp_path)]
-    result = benchmark.main(argv)
+    argv += ["--entropy-grid", "0.01", "0.1"]
+    result = benchmark.main([*argv, "--workers", "2", "--output-dir", str(tmp_path)])  # a process per seed
 
     written = json.loads((tmp_path / "minority_routes.json").read_text())
     assert written == json.loads(json.dumps(result))
@@ -104,5 +104,18 @@ def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.Captur
     assert calibration["passed"] == all(calibration["gates"].values())
     printed = capsys.readouterr().out
     assert "MaxEnt minus each method, paired by seed" in printed and "calibration gates: " in printed
+
+    # Seed 4 alone, in this process: the same runs as in its own process after none (the fixed arm left out: its
+    # coefficient is chosen over the seeds run).
+    alone = benchmark.main([*argv[4:], "--seeds", "1", "--first-seed", "4", "--output-dir", str(tmp_path / "4")])
+
+    def seed_4(runs: list[dict]) -> dict[str, dict]:
+        return {
+            r["method"]: {k: v for k, v in r.items() if k != "seconds"}
+            for r in runs
+            if r["seed"] == 4 and r["method"] != "grpo_entropy_fixed"
+        }
+
+    assert seed_4(json.loads(json.dumps(alone["runs"]))) == seed_4(written["runs"])
     for name in ("minority_routes.png", "minority_routes_roles.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

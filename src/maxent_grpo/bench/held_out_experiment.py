@@ -32,6 +32,7 @@ from maxent_grpo.bench.held_out_methods import method_labels, method_settings
 from maxent_grpo.bench.held_out_plot import plot_pass_at_k
 from maxent_grpo.bench.held_out_report import Column, print_tables
 from maxent_grpo.bench.over_seeds import paired_differences, summarize_runs
+from maxent_grpo.bench.seed_processes import map_seeds
 from maxent_grpo.bench.smoothing import SMOOTHING_WINDOW
 from maxent_grpo.bench.step_recorder import StepRecorder
 
@@ -140,6 +141,67 @@ def _progress_line(task: HeldOutTask, seed: int, name: str, seconds: float, figu
     )
 
 
+@dataclass(frozen=True)
+class _SeedRuns:
+    """One seed's runs: those of the base model and the arms, those of the entropy grid, and each RL run's training
+    reward per step, keyed by (method, coefficient)."""
+
+    runs: list[dict[str, Any]]
+    grid_runs: list[dict[str, Any]]
+    curves: dict[tuple[str, float | None], list[float]]
+
+
+def _run_seed(
+    task: HeldOutTask,
+    args: argparse.Namespace,
+    tokenizer: PreTrainedTokenizerBase,
+    heldout: Sequence[str],
+    seed: int,
+) -> _SeedRuns:
+    """The base model of ``seed`` and every run of `run_plan` from it, each evaluated, a line printed per run."""
+    runs: list[dict[str, Any]] = []
+    grid_runs: list[dict[str, Any]] = []
+    curves: dict[tuple[str, float | None], list[float]] = {}
+    for method, coefficient in [("base", None), *run_plan(args.methods, args.entropy_grid)]:
+        run_start = time.perf_counter()
+        record: dict[str, Any] = {"method": method, "seed": seed}
+        if method == "base":
+            model = base = task.pretrain_base(tokenizer, seed)
+        else:
+            recorder = StepRecorder(task.reward)
+            model = train_from_base(
+                base,
+                tokenizer,
+                trainer_kind(method),
+                method_settings(method, coefficient, args.maxent),
+                prompts=task.training_prompts,
+                reward=recorder,
+                seed=seed,
+                steps=args.steps,
+                prompts_per_step=args.prompts_per_step,
+                num_generations=task.num_generations,
+                completion_length=task.completion_length,
+                learning_rate=task.learning_rate,
+            )
+            curves[(method, coefficient)] = recorder.rewards
+            if coefficient is not None:
+                record["entropy_coef"] = coefficient
+        figures = task.evaluate(heldout, task.sample(model, tokenizer, heldout, args.samples, 1000 + seed))
+        probabilities = task.correct_probabilities(model, tokenizer, heldout)
+        figures["exact_pass_at_k"] = task.exact_pass_at_k(probabilities)
+        figures["correct_probability_per_prompt"] = dict(zip(heldout, probabilities, strict=True))
+        if task.more_figures is not None:
+            figures |= task.more_figures(model, tokenizer, figures, seed, args.samples)
+        if method != "base":
+            figures["final_training_reward"] = statistics.fmean(recorder.rewards[-SMOOTHING_WINDOW:])
+        seconds = time.perf_counter() - run_start
+        record = {**record, "seconds": round(seconds, 1), **figures}
+        (runs if coefficient is None else grid_runs).append(record)
+        name = method if coefficient is None else f"{method}={coefficient:g}"
+        print(_progress_line(task, seed, name, seconds, figures), flush=True)
+    return _SeedRuns(runs, grid_runs, curves)
+
+
 def run_methods(
     task: HeldOutTask, args: argparse.Namespace, tokenizer: PreTrainedTokenizerBase, heldout: Sequence[str]
 ) -> HeldOutRuns:
@@ -154,47 +216,17 @@ def run_methods(
     Returns:
         The runs, the grid, the curves, and the figures over seeds.
     """
-    runs: list[dict[str, Any]] = []
-    grid_runs: list[dict[str, Any]] = []
+    per_seed = map_seeds(
+        lambda seed: _run_seed(task, args, tokenizer, heldout, seed),
+        range(args.first_seed, args.first_seed + args.seeds),
+        args.workers,
+    )
+    runs = [record for seed_runs in per_seed for record in seed_runs.runs]
+    grid_runs = [record for seed_runs in per_seed for record in seed_runs.grid_runs]
     curves: dict[tuple[str, float | None], list[list[float]]] = {}
-    for seed in range(args.first_seed, args.first_seed + args.seeds):
-        for method, coefficient in [("base", None), *run_plan(args.methods, args.entropy_grid)]:
-            run_start = time.perf_counter()
-            record: dict[str, Any] = {"method": method, "seed": seed}
-            if method == "base":
-                model = base = task.pretrain_base(tokenizer, seed)
-            else:
-                recorder = StepRecorder(task.reward)
-                model = train_from_base(
-                    base,
-                    tokenizer,
-                    trainer_kind(method),
-                    method_settings(method, coefficient, args.maxent),
-                    prompts=task.training_prompts,
-                    reward=recorder,
-                    seed=seed,
-                    steps=args.steps,
-                    prompts_per_step=args.prompts_per_step,
-                    num_generations=task.num_generations,
-                    completion_length=task.completion_length,
-                    learning_rate=task.learning_rate,
-                )
-                curves.setdefault((method, coefficient), []).append(recorder.rewards)
-                if coefficient is not None:
-                    record["entropy_coef"] = coefficient
-            figures = task.evaluate(heldout, task.sample(model, tokenizer, heldout, args.samples, 1000 + seed))
-            probabilities = task.correct_probabilities(model, tokenizer, heldout)
-            figures["exact_pass_at_k"] = task.exact_pass_at_k(probabilities)
-            figures["correct_probability_per_prompt"] = dict(zip(heldout, probabilities, strict=True))
-            if task.more_figures is not None:
-                figures |= task.more_figures(model, tokenizer, figures, seed, args.samples)
-            if method != "base":
-                figures["final_training_reward"] = statistics.fmean(recorder.rewards[-SMOOTHING_WINDOW:])
-            seconds = time.perf_counter() - run_start
-            record = {**record, "seconds": round(seconds, 1), **figures}
-            (runs if coefficient is None else grid_runs).append(record)
-            name = method if coefficient is None else f"{method}={coefficient:g}"
-            print(_progress_line(task, seed, name, seconds, figures), flush=True)
+    for seed_runs in per_seed:
+        for arm, rewards in seed_runs.curves.items():
+            curves.setdefault(arm, []).append(rewards)
 
     grid = None
     if FIXED in args.methods:

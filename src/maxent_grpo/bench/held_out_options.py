@@ -31,6 +31,13 @@ def add_held_out_arguments(
     parser.add_argument(
         "--first-seed", type=int, default=0, help="the first seed (e.g. 11: seeds that no setting was chosen on)"
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes that run seeds side by side (default: 1); a seed's figures do not depend on it, so give as "
+        "many as the machine has cores for seeds",
+    )
     parser.add_argument("--steps", type=int, default=steps, help="optimizer steps per RL run")
     parser.add_argument("--prompts-per-step", type=int, default=8, help="prompt groups per optimizer step")
     parser.add_argument("--samples", type=int, default=samples, help=samples_help)
@@ -57,13 +64,15 @@ def add_held_out_arguments(
 
 
 def check_held_out_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, ks: Sequence[int]) -> None:
-    """Refuse fewer ``--samples`` than the largest k of ``ks``, no seed or a negative first one, and a grid that
-    needs stock GRPO without it (`maxent_grpo.bench.entropy_grid.check_entropy_grid`), through ``parser.error``; put
-    ``args.methods`` in run order."""
+    """Refuse fewer ``--samples`` than the largest k of ``ks``, no seed or a negative first one, no worker, and a
+    grid that needs stock GRPO without it (`maxent_grpo.bench.entropy_grid.check_entropy_grid`), through
+    ``parser.error``; put ``args.methods`` in run order."""
     if args.samples < max(ks):
         parser.error(f"--samples must be at least {max(ks)}")
     if args.seeds < 1 or args.first_seed < 0:
         parser.error(f"--seeds must be at least 1 and --first-seed at least 0, got {args.seeds} and {args.first_seed}")
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
     args.methods = [m for m in METHODS if m in args.methods]  # the run order, whatever the order given
     check_entropy_grid(parser, args)
 
