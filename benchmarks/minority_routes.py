@@ -291,6 +291,73 @@ def calibration(summary: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | No
     }
 
 
+#: The TRL arms the predictions compare MaxEnt with (docs/benchmarks/minority-routes.md).
+TRL_ARMS = ("grpo", "grpo_entropy_fixed", "grpo_entropy", "grpo_top_entropy")
+#: P2: MaxEnt's exact pass@1 at most this much below the best trained arm's; F1: a TRL arm's route-conditional
+#: exactness at most this much below MaxEnt's.
+PASS_AT_1_MARGIN = 0.02
+EXACTNESS_MARGIN = 0.01
+
+
+def _ahead(difference: Mapping[str, Any]) -> bool:
+    """MaxEnt minus an arm lies above 0 beyond noise: its paired 95% interval is above 0."""
+    return difference["ci95"] is not None and difference["ci95"][0] > 0
+
+
+def predictions(summary: Mapping[str, Mapping[str, Any]], minus: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pre-registered predictions P1-P4 and falsification criteria F1-F3 (docs/benchmarks/minority-routes.md),
+    read off the summary over seeds and MaxEnt's paired differences (``maxent_minus``); None unless MaxEnt and every
+    TRL arm ran. "Ahead" is a paired 95% interval of MaxEnt minus the arm above 0, "level" one that contains 0.
+
+    - P1: MaxEnt ahead of every TRL arm at held-out exact pass@16 and at exact pass@256.
+    - P2: MaxEnt's exact pass@1 at most `PASS_AT_1_MARGIN` below the best trained arm's (means).
+    - P3: MaxEnt's route-conditional exactness minus the fixed and the adaptive bonus's, paired mean, at least 0.
+    - P4: on the prompts that need the majority route, MaxEnt not ahead of GRPO at exact pass@256.
+    - F1: a TRL arm not behind MaxEnt (MaxEnt not ahead) at both exact pass@16 and pass@256, with a route-conditional
+      exactness at most `EXACTNESS_MARGIN` below MaxEnt's (within it, or above).
+    - F2: an arm MaxEnt is ahead of at exact pass@256 with a minority share on the probe set at least MaxEnt's (paired
+      mean difference of the minority share at most 0).
+    - F3: MaxEnt's gain over GRPO at exact pass@256 on the majority-route prompts at least the mean of its gains on the
+      minority-route and the rarest-route prompts.
+
+    Returns:
+        ``predictions`` and ``falsified`` (name -> whether it holds), ``held`` (all predictions hold, no criterion
+        holds) and ``figures`` (what each read).
+    """
+    if "maxent" not in summary or any(arm not in summary for arm in TRL_ARMS):
+        return None
+    exact = minus["exact_pass_at_k"]
+    ahead = {arm: {k: _ahead(exact[arm][k]) for k in ("16", "256")} for arm in TRL_ARMS}
+    exactness = {arm: minus["route_exactness"][arm]["mean"] for arm in TRL_ARMS}
+    pass_at_1 = {m: summary[m]["exact_pass_at_k"]["1"] for m in summary if m != "base"}
+    gains = {role: minus[f"exact_pass_at_k_{role}"]["grpo"]["256"]["mean"] for role in ROLES}
+    share = {arm: minus["minority_share"][arm]["mean"] for arm in TRL_ARMS}
+    majority = minus["exact_pass_at_k_majority"]["grpo"]["256"]
+    held = {
+        "P1": all(all(by_k.values()) for by_k in ahead.values()),
+        "P2": pass_at_1["maxent"] >= max(pass_at_1.values()) - PASS_AT_1_MARGIN,
+        "P3": exactness["grpo_entropy_fixed"] >= 0 and exactness["grpo_entropy"] >= 0,
+        "P4": not _ahead(majority),
+    }
+    falsified = {
+        "F1": any(not any(ahead[arm].values()) and exactness[arm] <= EXACTNESS_MARGIN for arm in TRL_ARMS),
+        "F2": any(ahead[arm]["256"] and share[arm] <= 0 for arm in TRL_ARMS),
+        "F3": gains["majority"] >= (gains["minority"] + gains["rarest"]) / 2,
+    }
+    return {
+        "predictions": held,
+        "falsified": falsified,
+        "held": all(held.values()) and not any(falsified.values()),
+        "figures": {
+            "maxent_ahead_at_exact_pass_at_k": ahead,
+            "maxent_minus_route_exactness": exactness,
+            "exact_pass_at_1": pass_at_1,
+            "maxent_minus_grpo_exact_pass_at_256_by_role": gains,
+            "maxent_minus_minority_share": share,
+        },
+    }
+
+
 def plot_roles(summary: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str], path: Path) -> None:
     """Write the PNG of held-out exact pass@k against k, overall and per role of the required route (mean over seeds,
     95% band), to ``path``."""
@@ -383,13 +450,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Run the experiment, print the tables and the calibration gates, write the JSON and the PNGs; return the JSON's
-    content."""
+    """Run the experiment, print the tables, the calibration gates and the predictions' verdicts, write the JSON and
+    the PNGs; return the JSON's content."""
     args = parse_args(argv)
     result = run_benchmark(NAME, task(), args, build_tiny_tokenizer(ALPHABET), heldout_prompts())
     result["calibration"] = calibration(result["summary"])
     if result["calibration"] is not None:
         print(f"\ncalibration gates: {json.dumps(result['calibration'])}")
+    result["predictions"] = predictions(result["summary"], result["maxent_minus"])
+    if result["predictions"] is not None:
+        print(f"\npre-registered predictions: {json.dumps(result['predictions'])}")
     (args.output_dir / f"{NAME}.json").write_text(json.dumps(result, indent=1) + "\n")
     grid = result["entropy_grid"]
     labels = method_labels(args.maxent, None if grid is None else grid["chosen"], len(args.entropy_grid))

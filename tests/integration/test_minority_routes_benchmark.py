@@ -44,6 +44,39 @@ def test_the_calibration_gates() -> None:
     assert benchmark.calibration({"base": base}) is None
 
 
+def difference(mean: float, low: float, high: float) -> dict:
+    return {"mean": mean, "ci95": [low, high]}
+
+
+def test_the_pre_registered_verdicts() -> None:
+    benchmark = load_benchmark("minority_routes")
+    arms = benchmark.TRL_ARMS
+    ahead, level = difference(0.1, 0.05, 0.15), difference(0.01, -0.02, 0.04)
+    summary = {"base": {}} | {m: {"exact_pass_at_k": {"1": 0.30}} for m in (*arms, "maxent")}
+    minus = {
+        "exact_pass_at_k": {arm: {"16": ahead, "256": ahead} for arm in arms},
+        "route_exactness": {arm: difference(0.02, -0.01, 0.05) for arm in arms},
+        "minority_share": {arm: difference(0.2, 0.1, 0.3) for arm in arms},
+        "exact_pass_at_k_majority": {"grpo": {"256": level}},
+        "exact_pass_at_k_minority": {"grpo": {"256": ahead}},
+        "exact_pass_at_k_rarest": {"grpo": {"256": difference(0.3, 0.2, 0.4)}},
+    }
+    verdicts = benchmark.predictions(summary, minus)
+    assert verdicts["predictions"] == {"P1": True, "P2": True, "P3": True, "P4": True}
+    assert verdicts["falsified"] == {"F1": False, "F2": False, "F3": False} and verdicts["held"]
+
+    # The adaptive bonus level at both k with an exactness 0.005 above MaxEnt's: P1 fails and F1 holds.
+    minus["exact_pass_at_k"]["grpo_entropy"] = {"16": level, "256": level}
+    minus["route_exactness"]["grpo_entropy"] = difference(-0.005, -0.02, 0.01)
+    summary["grpo"]["exact_pass_at_k"]["1"] = 0.33  # MaxEnt 0.03 below the best pass@1: P2 fails
+    minus["minority_share"]["grpo_top_entropy"] = difference(-0.1, -0.2, 0.0)  # ahead without a larger share: F2
+    minus["exact_pass_at_k_majority"]["grpo"]["256"] = difference(0.25, 0.1, 0.4)  # P4 fails; 0.25 >= 0.2: F3
+    verdicts = benchmark.predictions(summary, minus)
+    assert verdicts["predictions"] == {"P1": False, "P2": False, "P3": False, "P4": False}
+    assert verdicts["falsified"] == {"F1": True, "F2": True, "F3": True} and not verdicts["held"]
+    assert benchmark.predictions({"base": {}, "grpo": {}}, {}) is None
+
+
 @pytest.mark.slow
 def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     benchmark = load_benchmark("minority_routes")
@@ -102,6 +135,10 @@ def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.Captur
         "grpo_halves_rarest_share",
     }
     assert calibration["passed"] == all(calibration["gates"].values())
+    verdicts = written["predictions"]
+    assert set(verdicts["predictions"]) == {"P1", "P2", "P3", "P4"}
+    assert set(verdicts["falsified"]) == {"F1", "F2", "F3"}
+    assert verdicts["held"] == (all(verdicts["predictions"].values()) and not any(verdicts["falsified"].values()))
     printed = capsys.readouterr().out
     assert "MaxEnt minus each method, paired by seed" in printed and "calibration gates: " in printed
 

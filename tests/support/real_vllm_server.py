@@ -183,7 +183,8 @@ class SharedVLLMServer:
         return self
 
     def start(self, timeout: float = 300.0) -> SharedVLLMServer:
-        """Start the server process unless `launch` did, and wait until it is ready and serves the launch version."""
+        """Start the server process unless `launch` did, wait until it is ready and serves the launch version, and warm
+        it up (`warm_up`)."""
         if self.process.process is None:
             self.process.start()
         self.process.wait_ready(timeout)
@@ -191,6 +192,7 @@ class SharedVLLMServer:
         if self.launch_version is None:
             self.launch_version = version
         assert version == self.launch_version, (version, self.launch_version)
+        self.warm_up(timeout)
         return self
 
     def kill(self) -> None:
@@ -199,15 +201,15 @@ class SharedVLLMServer:
 
     def restart(self, timeout: float = 300.0) -> SharedVLLMServer:
         """Start a new server process on the same port with the same options (the old one stopped first, if it still
-        runs) and wait until it is ready."""
+        runs) and wait until it is ready and warm (`start`)."""
         self.process.close()
         self.process = self.process.restarted()
         return self.start(timeout)
 
     def warm_up(self, timeout: float = 300.0) -> None:
         """One one-token completion, waited for: a fresh CPU engine spends seconds on its first request (more on a
-        loaded machine), which a test that restarts a server keeps out of the steps it measures, as a deployment's
-        readiness check that generates would."""
+        loaded machine, enough for a pool to hedge it and mark it hung), which the tests keep out of the steps they
+        measure, as a deployment's readiness check that generates would."""
         model = self._call("GET", "/v1/models").json()["data"][0]["id"]
         payload = {"model": model, "prompt": "a", "max_tokens": 1}
         answer = requests.post(f"{self.base_url}/v1/completions", json=payload, timeout=timeout)

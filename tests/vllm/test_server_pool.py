@@ -26,9 +26,9 @@ POOL_LOGGER = "maxent_grpo.training.generation.backends.vllm_server_pool"
 
 class KillThenRestart(TrainerCallback):
     """Kills ``server`` (SIGKILL, with its engine) after step 2; after step 3, trained without it, restarts it on its
-    port and waits until it is ready and has answered one completion (a fresh CPU engine's first request takes long
-    enough on a loaded machine for the pool to hedge it, and its share would be answered elsewhere). Keeps the pool's
-    counters at both moments."""
+    port and waits until it is ready and has answered one completion (`SharedVLLMServer.start`: a fresh CPU engine's
+    first request takes long enough on a loaded machine for the pool to hedge it). Keeps the pool's counters at both
+    moments."""
 
     def __init__(self, server: SharedVLLMServer) -> None:
         self.server = server
@@ -41,7 +41,7 @@ class KillThenRestart(TrainerCallback):
             self.server.kill()
             self.at["kill"] = self.pool.stats
         if state.global_step == 3:
-            self.server.restart().warm_up()
+            self.server.restart()
             self.at["restart"] = self.pool.stats
 
 
