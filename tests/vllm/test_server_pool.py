@@ -105,9 +105,10 @@ def test_a_killed_server_s_share_goes_to_the_other_and_returns_after_its_restart
     lines = [record.getMessage() for record in caplog.records if record.name == POOL_LOGGER]
     assert any(line.startswith("vLLM server 1") and "failed" in line for line in lines)
     assert any(line.startswith("vLLM server 1") and "answers again" in line for line in lines)
-    # Every call that brought completions back came from the trained weights: server 0's at every step, server 1's
-    # at least once before the kill and once after the restart (how many more depends on the rates the pool measures).
-    assert len(probes[0].to_current) >= 7 and len(probes[1].to_current) >= 2
+    # Every call that brought completions back came from the trained weights: server 0's at least at step 1 and alone
+    # at steps 3 and 4, server 1's at least once before the kill and once after the restart (how many more depends on
+    # the rates the pool measures).
+    assert len(probes[0].to_current) >= 3 and len(probes[1].to_current) >= 2
     for probe in probes:
         assert max(probe.to_current) < 1e-3
     assert min(probes[1].to_initial[1:]) > 1e-2  # the model moved, and the restarted server with it
