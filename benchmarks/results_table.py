@@ -1,7 +1,7 @@
 """Print the README's table of the objective benchmarks from their committed results.
 
-Per benchmark, MaxEnt minus the best TRL option at pass@1, at the largest k and in the answers kept: the best TRL option
-is, per figure, the TRL arm (stock GRPO, the fixed entropy bonus chosen on its grid, the adaptive bonus,
+Per benchmark, MaxEnt minus the best TRL option at pass@1, at the largest k and in the answers kept: the best TRL
+option is, per figure, the TRL arm (stock GRPO, the fixed entropy bonus chosen on its grid, the adaptive bonus,
 ``top_entropy_quantile``) with the highest mean over seeds, and the difference is paired by seed with its 95% t
 interval (`maxent_grpo.bench.stats.paired_difference`). Every figure is read from the per-seed runs of
 ``benchmarks/results/<name>/<name>.json``, so the table changes only when a committed result does (the README's table
@@ -104,7 +104,7 @@ ROWS = (
     ),
     Row(
         "[minority routes](docs/benchmarks/minority-routes.md)",
-        "the one valid route of the held-out prompt, often the base model's rarest",
+        "the held-out prompt's one valid route: the base model's majority, minority or rarest",
         "minority_routes/minority_routes.json",
         _exact(1),
         (256, _exact(256)),

@@ -18,15 +18,15 @@ def runs(values: dict[str, list[float]]) -> list[dict]:
 def test_a_cell_pairs_maxent_with_the_trl_arm_of_the_highest_mean() -> None:
     table = load_benchmark("results_table")
     values = {
-        "grpo": [0.5, 0.6, 0.7],
-        "grpo_entropy_fixed": [0.8, 0.7, 0.9],  # the best mean: MaxEnt is paired with it
-        "grpo_entropy": [0.1, 0.2, 0.3],
+        "grpo": [0.25, 0.25, 0.25],
+        "grpo_entropy_fixed": [0.5, 0.25, 0.75],  # the best mean: MaxEnt is paired with it
+        "grpo_entropy": [0.0, 0.5, 0.0],
         "grpo_top_entropy": [0.0, 0.0, 0.0],
-        "maxent": [0.9, 0.8, 1.0],
+        "maxent": [0.75, 0.5, 1.0],
     }
-    assert table.cell(runs(values), lambda run: run["x"]) == "+0.100 (+0.100, +0.100) vs fixed bonus"
-    values["maxent"] = [0.9, 0.9, 0.9]
-    assert table.cell(runs(values), lambda run: run["x"]) == "+0.100 (-0.148, +0.348) vs fixed bonus"
+    assert table.cell(runs(values), lambda run: run["x"]) == "+0.250 (+0.250, +0.250) vs fixed bonus"
+    values["maxent"] = [0.75, 0.75, 0.75]  # differences 0.25, 0.5, 0: mean 0.25, t interval 0.25 ± 4.303 · 0.25 / √3
+    assert table.cell(runs(values), lambda run: run["x"]) == "+0.250 (-0.371, +0.871) vs fixed bonus"
     with pytest.raises(ValueError, match="different seeds"):
         table.cell(runs(values)[:-1], lambda run: run["x"])
 
