@@ -13,6 +13,7 @@ is checked against this script's output by the tests).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,7 +115,16 @@ ROWS = (
 
 
 def _per_seed(runs: Sequence[Mapping[str, Any]], method: str, figure: Figure) -> dict[int, float]:
-    return {run["seed"]: figure(run) for run in runs if run["method"] == method}
+    """``method``'s figure per seed; ValueError if it has no run or two runs of one seed."""
+    values: dict[int, float] = {}
+    for run in runs:
+        if run["method"] == method:
+            if run["seed"] in values:
+                raise ValueError(f"{method} has two runs of seed {run['seed']}")
+            values[run["seed"]] = figure(run)
+    if not values:
+        raise ValueError(f"{method} has no run")
+    return values
 
 
 def cell(runs: Sequence[Mapping[str, Any]], figure: Figure) -> str:
@@ -136,7 +146,7 @@ def table_row(row: Row, results: Path = RESULTS) -> str:
     runs = result["runs"]  # one run per arm and seed (the fixed bonus's: its chosen coefficient's)
     seeds = len({run["seed"] for run in runs})
     if row.large_k is None:
-        lowest = min(row.pass_at_1(run) for run in runs)
+        lowest = math.floor(100 * min(row.pass_at_1(run) for run in runs)) / 100
         large_k = f"not sampled (pass@1 at least {lowest:.2f} in every run)"
     else:
         large_k = f"k={row.large_k[0]}: {cell(runs, row.large_k[1])}"

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from maxent_grpo.bench.route_derivations import ROLES, completion, route_roles
 from maxent_grpo.bench.stats import summarize
@@ -142,17 +143,20 @@ def test_benchmark_runs_and_writes_figures(tmp_path: Path, capsys: pytest.Captur
     printed = capsys.readouterr().out
     assert "MaxEnt minus each method, paired by seed" in printed and "calibration gates: " in printed
 
-    # Seed 4 alone, in this process: the same runs as in its own process after none (the fixed arm left out: its
-    # coefficient is chosen over the seeds run).
-    alone = benchmark.main([*argv[4:], "--seeds", "1", "--first-seed", "4", "--output-dir", str(tmp_path / "4")])
+    # The same seeds one after the other in this process, on one torch thread as each worker ran: the same runs (seed 4
+    # after seed 3 here, first in its own process there) and the same summary.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        alone = benchmark.main([*argv, "--workers", "1", "--output-dir", str(tmp_path / "one_process")])
+    finally:
+        torch.set_num_threads(threads)
 
-    def seed_4(runs: list[dict]) -> dict[str, dict]:
-        return {
-            r["method"]: {k: v for k, v in r.items() if k != "seconds"}
-            for r in runs
-            if r["seed"] == 4 and r["method"] != "grpo_entropy_fixed"
-        }
+    def without_seconds(runs: list[dict]) -> list[dict]:
+        return [{k: v for k, v in run.items() if k != "seconds"} for run in runs]
 
-    assert seed_4(json.loads(json.dumps(alone["runs"]))) == seed_4(written["runs"])
+    alone = json.loads(json.dumps(alone))
+    assert without_seconds(alone["runs"]) == without_seconds(written["runs"])
+    assert alone["summary"] == written["summary"] and alone["predictions"] == written["predictions"]
     for name in ("minority_routes.png", "minority_routes_roles.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

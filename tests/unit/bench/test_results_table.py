@@ -29,6 +29,8 @@ def test_a_cell_pairs_maxent_with_the_trl_arm_of_the_highest_mean() -> None:
     assert table.cell(runs(values), lambda run: run["x"]) == "+0.250 (-0.371, +0.871) vs fixed bonus"
     with pytest.raises(ValueError, match="different seeds"):
         table.cell(runs(values)[:-1], lambda run: run["x"])
+    with pytest.raises(ValueError, match="two runs of seed 0"):
+        table.cell([*runs(values), {"method": "grpo", "seed": 0, "x": 0.0}], lambda run: run["x"])
 
 
 def test_the_readme_shows_the_table_of_the_committed_results() -> None:
