@@ -9,6 +9,7 @@ left, groups are dropped as with one server and the run stops with the usual err
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -68,6 +69,18 @@ def pool_trainer(model_dir, urls, output_dir, callbacks, **overrides) -> MaxEntG
     )
 
 
+def probed_pool(trainer: MaxEntGRPOTrainer, faults: Any) -> tuple[VLLMServerPool, list[ProbeAfterEachCall]]:
+    """The trainer's pool, handed to ``faults`` (the test's fault-injecting callback, which reads its counters), and a
+    probe of each of its servers' weights after every call (`ProbeAfterEachCall`)."""
+    pool = trainer.generation_backend
+    assert isinstance(pool, VLLMServerPool)
+    faults.pool = pool
+    probes = [
+        ProbeAfterEachCall(server, trainer.model, trainer.processing_class, server.base_url) for server in pool.servers
+    ]
+    return pool, probes
+
+
 def test_a_killed_server_s_share_goes_to_the_other_and_returns_after_its_restart_on_policy(
     shared_server, second_server, vllm_model_dir, tmp_path, caplog
 ):
@@ -77,12 +90,7 @@ def test_a_killed_server_s_share_goes_to_the_other_and_returns_after_its_restart
     # One retry round: the two groups the dead server lost are asked again once; sent to both servers again, one of
     # them would be lost.
     trainer = pool_trainer(vllm_model_dir, urls, tmp_path, [faults, logs], max_steps=7, generation_max_retries=1)
-    pool = trainer.generation_backend
-    assert isinstance(pool, VLLMServerPool)
-    faults.pool = pool
-    probes = [
-        ProbeAfterEachCall(server, trainer.model, trainer.processing_class, server.base_url) for server in pool.servers
-    ]
+    pool, probes = probed_pool(trainer, faults)
     worker, errors = train_in_thread(trainer, timeout=900)
 
     assert not worker.is_alive(), "training hung after a server of the pool was killed"

@@ -19,9 +19,8 @@ from transformers import TrainerCallback
 
 from maxent_grpo.training.generation.backends.vllm_server_pool import VLLMServerPool
 from tests.support.real_vllm_server import SharedVLLMServer, VLLMServerProcess
-from tests.support.server_logprobs import ProbeAfterEachCall
 from tests.support.training import train_in_thread
-from tests.vllm.test_server_pool import POOL_LOGGER, pool_trainer
+from tests.vllm.test_server_pool import POOL_LOGGER, pool_trainer, probed_pool
 from tests.vllm.test_server_process import StepLogs
 
 
@@ -86,12 +85,7 @@ def test_a_server_whose_engine_is_stopped_costs_its_share_and_comes_back_on_poli
     urls = [shared_server.base_url, second_server.base_url]
     settings = {"max_steps": 9, "generation_step_timeout": 30, "generation_max_retries": 1}
     trainer = pool_trainer(vllm_model_dir, urls, tmp_path, [faults, logs], **settings)
-    pool = trainer.generation_backend
-    assert isinstance(pool, VLLMServerPool)
-    faults.pool = pool
-    probes = [
-        ProbeAfterEachCall(server, trainer.model, trainer.processing_class, server.base_url) for server in pool.servers
-    ]
+    pool, probes = probed_pool(trainer, faults)
     try:
         worker, errors = train_in_thread(trainer, timeout=900)
     finally:
@@ -155,12 +149,7 @@ def test_a_member_restarted_with_another_model_is_left_out_with_one_warning_and_
     faults, logs = RestartWithAnotherModel(second_server, other), StepLogs()
     urls = [shared_server.base_url, second_server.base_url]
     trainer = pool_trainer(vllm_model_dir, urls, tmp_path, [faults, logs], max_steps=8, generation_max_retries=1)
-    pool = trainer.generation_backend
-    assert isinstance(pool, VLLMServerPool)
-    faults.pool = pool
-    probes = [
-        ProbeAfterEachCall(server, trainer.model, trainer.processing_class, server.base_url) for server in pool.servers
-    ]
+    pool, probes = probed_pool(trainer, faults)
     try:
         worker, errors = train_in_thread(trainer, timeout=900)
     finally:
