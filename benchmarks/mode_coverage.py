@@ -78,10 +78,10 @@ import matplotlib.pyplot as plt
 import torch
 from transformers.utils import logging as hf_logging
 
+from maxent_grpo.bench.answer_tasks import VOWEL
 from maxent_grpo.bench.output import add_output_arguments
 from maxent_grpo.bench.per_seed_comparison import compare_with_maxent, comparison_lines
 from maxent_grpo.bench.single_prompt import (
-    SinglePromptTask,
     StepRecorder,
     add_arm_arguments,
     add_run_arguments,
@@ -96,7 +96,7 @@ from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
 # and the output directory).
 # MaxEnt at the config defaults; a mode (the first character) spans many 2-token completions, so its probability under
 # the policy is not known from the sampled ones and the group share estimates it (the default "count").
-TASK = SinglePromptTask(prompt="pick a vowel:", mode_key="first_token")
+TASK = VOWEL.task
 VOWEL_SET = frozenset(VOWELS)
 LABELS = {**TRL_LABELS, "maxent": "MaxEnt listwise (first_token modes)"}
 #: Margins of the plain-words comparison of MaxEnt with each TRL arm (`comparison_lines`), per figure key.

@@ -64,6 +64,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +75,11 @@ import matplotlib.pyplot as plt
 import torch
 from transformers.utils import logging as hf_logging
 
+from maxent_grpo.bench.answer_tasks import DIGITS
 from maxent_grpo.bench.output import add_output_arguments
 from maxent_grpo.bench.pass_at_k import pass_at_k
 from maxent_grpo.bench.per_seed_comparison import compare_with_maxent, comparison_lines
 from maxent_grpo.bench.single_prompt import (
-    SinglePromptTask,
     StepRecorder,
     add_arm_arguments,
     add_run_arguments,
@@ -91,13 +92,8 @@ from maxent_grpo.rewards import completion_text
 
 # MaxEnt at the config defaults; an answer is the whole completion, so its probability under the policy is known
 # exactly and the mode weights are importance-corrected (maxent_mode_probability="policy").
-TASK = SinglePromptTask(
-    prompt="10=",
-    mode_key="last_line",
-    alphabet="0123456789=",
-    maxent_settings={"maxent_mode_probability": "policy"},
-)
-CORRECT = frozenset(f"{a}{10 - a}" for a in range(1, 10))
+TASK = replace(DIGITS.task, maxent_settings={"maxent_mode_probability": "policy"})
+CORRECT = DIGITS.correct
 LABELS = {**TRL_LABELS, "maxent": "MaxEnt listwise (last_line modes)"}
 #: Margins of the plain-words comparison of MaxEnt with each TRL arm (`comparison_lines`), per figure key.
 MARGINS = {"mean_reward": REWARD_TOLERANCE, "normalized_entropy": 0.05}
