@@ -1,7 +1,7 @@
 """Defaults study: does MaxEnt at its config defaults keep GRPO's accuracy and every correct answer, task by task?
 
-The targets, per task: MaxEnt's mean reward of the sampled answers within 0.01 of stock GRPO's (paired by seed), and
-an answer entropy of at least 0.95 (the entropy of the correct answers' empirical distribution over ln of their
+The targets, per task: MaxEnt's mean reward of the sampled answers at most 0.01 below stock GRPO's (paired by seed),
+and an answer entropy of at least 0.95 (the entropy of the correct answers' empirical distribution over ln of their
 number: 1.0 is every correct answer equally often). The tasks are the single-prompt tasks of
 `maxent_grpo.bench.answer_tasks`, each trained from the same seeded tiny model by every arm:
 
@@ -18,33 +18,35 @@ the config defaults. The variants (``--variant NAME FIELD=VALUE ...`` replaces a
 - ``policy``: ``maxent_mode_probability="policy"`` (the setting of the pass@k benchmark);
 - ``policy_clip_4``: ``policy`` with the correction truncated at 4 instead of the group size (16), a middle way
   between the two estimates;
-- ``policy_fixed_tau``: ``policy`` with tau held at 0.25 (``maxent_tau_final=None``), the variant of the pass@k
-  page that kept the most digit answers.
+- ``policy_fixed_tau``: ``policy`` with tau held at 0.25 (``maxent_tau_final=null`` on the command line), the
+  variant of the pass@k page that kept the most digit answers.
 
 Every run uses one group of 16 completions per step, learning rate 3e-3 with TRL's linear decay, beta 0, sampling
 temperature 1.0, 300 steps; after training ``--samples`` answers (default 512) are sampled with the seed ``1000 +
 seed``. Per task and variant the script reports the reward minus GRPO's, paired by seed, with its 95% t interval, and
 the answer entropy with its interval. The reward target reads *within* when the interval's low end is at least
--0.01, *below* when its high end is under -0.01, *undecided* otherwise; the entropy target *met* when the mean over
-seeds is at least 0.95.
+-0.01, *below* when its high end is under -0.01, *undecided* otherwise (also with one seed, which gives no
+interval); the entropy target *met* when the mean over seeds is at least 0.95. The intervals are t intervals, not
+clipped to [0, 1].
 
     python benchmarks/defaults_study.py [--seeds 5] [--steps 300] [--samples 512] [--workers 1]
-                                        [--tasks TASK ...] [--variant NAME FIELD=VALUE ... ...]
+                                        [--tasks TASK ...] [--variant NAME [FIELD=VALUE ...]] ...
                                         [--output-dir DIR | --update-results]
 
 ``--workers N`` runs N seeds side by side in forked processes (each seed's runs do not depend on the others, so the
-figures are those of one process; `maxent_grpo.bench.seed_processes`). It writes ``defaults_study.json`` (settings,
-every run, per task and arm the figures over seeds, per task and variant the paired reward difference and both
-verdicts, per variant the targets it misses) and ``defaults_study.png`` (per task: reward minus GRPO's against
-answer entropy, one point per variant with its intervals, the target region shaded) into ``outputs/benchmarks/
-defaults_study`` (``--update-results``: the committed ``benchmarks/results/defaults_study``, which
-docs/benchmarks/defaults.md shows). With the defaults it takes about 6 minutes on 2 idle CPU cores with
-``--workers 2`` (75 runs of 300 steps).
+figures are those of one process; `maxent_grpo.bench.seed_processes`). It writes ``defaults_study.json`` (settings
+with the MaxEnt fields each variant ran with on each task, every run, per task and arm the figures over seeds, per
+task and variant the paired reward difference and both verdicts, per variant the targets it misses) and
+``defaults_study.png`` (per task: reward minus GRPO's against answer entropy, one point per variant with its
+intervals, the target region shaded) into ``outputs/benchmarks/defaults_study`` (``--update-results``: the committed
+``benchmarks/results/defaults_study``, which docs/benchmarks/defaults.md shows). With the defaults it takes about 6
+minutes on 2 idle CPU cores with ``--workers 2`` (75 runs of 300 steps).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -55,6 +57,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import torch
 from transformers.utils import logging as hf_logging
 
 from maxent_grpo.bench.answer_tasks import TASKS
@@ -63,6 +66,7 @@ from maxent_grpo.bench.output import add_output_arguments
 from maxent_grpo.bench.over_seeds import format_difference, paired_differences, summarize_runs
 from maxent_grpo.bench.seed_processes import map_seeds
 from maxent_grpo.bench.single_prompt import StepRecorder
+from maxent_grpo.config import MaxEntGRPOConfig
 
 COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "defaults_study"
 #: The targets of the study: reward at most this far below GRPO's, and at least this answer entropy.
@@ -76,21 +80,38 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "policy_fixed_tau": {"maxent_mode_probability": "policy", "maxent_tau_final": None},
 }
 FIGURES = ("mean_reward", "normalized_entropy", "distinct_correct")
+#: Config fields recorded with each variant besides the schedule's (`SinglePromptTask.maxent_run_settings`).
+ESTIMATE_FIELDS = ("maxent_mode_probability", "maxent_mode_correction_clip")
+CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(MaxEntGRPOConfig))
 
 
 def parse_variant(items: Sequence[str]) -> tuple[str, dict[str, Any]]:
     """``NAME FIELD=VALUE ...`` of one ``--variant``: its name and its `MaxEntGRPOConfig` overrides.
 
     Raises:
-        argparse.ArgumentTypeError: a name with ``=``, named ``grpo``, or an item that is not ``FIELD=VALUE``.
+        argparse.ArgumentTypeError: an empty name, a name with ``=``, the name ``grpo`` or ``defaults`` (the arms that
+            always run), an item that is not ``FIELD=VALUE``, a field `MaxEntGRPOConfig` does not have, or a field
+            given twice.
     """
-    name, *fields = items
-    if "=" in name or name == "grpo":
-        raise argparse.ArgumentTypeError(f"a variant starts with its name (not 'grpo', no '='), got {name!r}")
-    return name, dict(maxent_override(item) for item in fields)
+    name, *items = items
+    if not name or "=" in name or name in ("grpo", "defaults"):
+        raise argparse.ArgumentTypeError(
+            f"a variant starts with its name (not empty, 'grpo' or 'defaults', without '='), got {name!r}"
+        )
+    overrides: dict[str, Any] = {}
+    for item in items:
+        field_name, value = maxent_override(item)
+        if field_name not in CONFIG_FIELDS:
+            raise argparse.ArgumentTypeError(f"variant {name!r}: MaxEntGRPOConfig has no field {field_name!r}")
+        if field_name in overrides:
+            raise argparse.ArgumentTypeError(f"variant {name!r} sets {field_name} twice")
+        overrides[field_name] = value
+    return name, overrides
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line; ``variants`` (name -> overrides, ``defaults`` first) replaces the raw ``--variant`` lists.
+    Bad input exits through ``parser.error``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps per run (one group each)")
     parser.add_argument("--seeds", type=int, default=5, help="number of seeds (0 .. seeds-1) per arm and task")
@@ -104,9 +125,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         nargs="+",
         action="append",
         default=[],
-        metavar="NAME FIELD=VALUE",
-        help="a MaxEnt variant: its name, then config overrides; repeatable; replaces the built-in variants but "
-        "'defaults'",
+        metavar=("NAME", "FIELD=VALUE"),
+        help="a MaxEnt variant: its name, then MaxEntGRPOConfig overrides (JSON values: null for None); repeatable; "
+        "replaces the built-in variants but 'defaults'",
     )
     add_output_arguments(parser, "defaults_study", COMMITTED_OUTPUT_DIR)
     args = parser.parse_args(argv)
@@ -122,6 +143,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.variants = {"defaults": {}, **dict(named)} if named else dict(VARIANTS)
     args.tasks = list(dict.fromkeys(args.tasks))
     return args
+
+
+def variant_settings(task: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The MaxEnt fields a variant runs with on ``task``: the mode key, the schedule, the mode probability and its
+    clip, each from the config defaults unless ``overrides`` sets it (the record of what "the defaults" were)."""
+    recorded = {name: getattr(MaxEntGRPOConfig, name) for name in ESTIMATE_FIELDS}
+    return {**TASKS[task].task.maxent_run_settings({}), **recorded, **overrides}
 
 
 def run_seed(seed: int, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -146,8 +174,11 @@ def run_seed(seed: int, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def reward_verdict(difference: Mapping[str, Any]) -> str:
-    """``within`` / ``below`` / ``undecided`` of the reward target for a paired difference to GRPO."""
-    low, high = difference["ci95"] or (difference["mean"], difference["mean"])
+    """``within`` / ``below`` / ``undecided`` of the reward target for a paired difference to GRPO (``undecided``
+    without an interval: one seed decides nothing)."""
+    if difference["ci95"] is None:
+        return "undecided"
+    low, high = difference["ci95"]
     if low >= -REWARD_GAP:
         return "within"
     if high < -REWARD_GAP:
@@ -190,7 +221,7 @@ def plot(result: Mapping[str, Any], path: Path) -> None:
     tasks = list(result["summary"])
     figure, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 4.4), squeeze=False)
     for axis, task in zip(axes[0], tasks, strict=True):
-        target = {"color": "tab:green", "alpha": 0.15, "label": "targets"}
+        target = {"color": "tab:green", "alpha": 0.15, "label": "targets (reward at most 0.01 below, entropy 0.95)"}
         axis.fill_between([ENTROPY_TARGET, 1.02], -REWARD_GAP, REWARD_GAP, **target)
         for index, (variant, row) in enumerate(result["versus_grpo"][task].items()):
             figures = result["summary"][task][variant]
@@ -233,7 +264,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 }
                 for name in args.tasks
             },
+            "workers": args.workers,
             "variants": args.variants,
+            "variant_settings": {
+                task: {variant: variant_settings(task, overrides) for variant, overrides in args.variants.items()}
+                for task in args.tasks
+            },
         },
         "runs": runs,
         **analyse(runs, args.tasks, list(args.variants)),
@@ -259,4 +295,5 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    torch.set_num_threads(1)  # the model is tiny: more threads only add contention on a small machine
     main()

@@ -88,7 +88,6 @@ from maxent_grpo.bench.single_prompt import (
 from maxent_grpo.bench.single_prompt_arms import RunOutput, run_arms
 from maxent_grpo.bench.smoothing import SMOOTHING_WINDOW, smooth
 from maxent_grpo.bench.trl_baselines import REWARD_TOLERANCE, TRL_LABELS
-from maxent_grpo.rewards import completion_text
 
 # MaxEnt at the config defaults; an answer is the whole completion, so its probability under the policy is known
 # exactly and the mode weights are importance-corrected (maxent_mode_probability="policy").
@@ -103,7 +102,7 @@ KS = (1, 2, 4, 8, 16, 32, 64)
 
 def digit_pair_reward(completions: list, **kwargs: Any) -> list[float]:
     """1.0 when the completion, whitespace stripped, is two digits that sum to 10; else 0.0."""
-    return [float(completion_text(c).strip() in CORRECT) for c in completions]
+    return DIGITS.reward(completions)
 
 
 def evaluate(answers: Sequence[str]) -> dict[str, Any]:

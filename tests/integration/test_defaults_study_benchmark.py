@@ -43,8 +43,14 @@ def test_verdicts_read_the_paired_interval_against_the_targets() -> None:
     assert result["misses"]["far"] == ["four: reward -0.050 [-0.050, -0.050] against GRPO (below)"]
     assert len(result["misses"]["noisy"]) == 2 and "answer entropy 0.500 < 0.95" in result["misses"]["noisy"][1]
     assert set(result["summary"]["four"]) == {"grpo", "close", "far", "noisy"}
-    one_seed = study.reward_verdict({"mean": -0.005, "ci95": None})
-    assert one_seed == "within"
+
+
+def test_reward_verdict_at_the_edges() -> None:
+    verdict = load_benchmark("defaults_study").reward_verdict
+    assert verdict({"mean": -0.005, "ci95": [-0.01, 0.0]}) == "within"  # the bound itself is within
+    assert verdict({"mean": -0.011, "ci95": [-0.012, -0.0101]}) == "below"
+    assert verdict({"mean": -0.01, "ci95": [-0.0101, -0.0099]}) == "undecided"
+    assert verdict({"mean": 0.0, "ci95": None}) == "undecided"  # one seed decides nothing
 
 
 def test_variants_on_the_command_line() -> None:
@@ -54,14 +60,44 @@ def test_variants_on_the_command_line() -> None:
     assert study.parse_args([]).variants == study.VARIANTS
     for bad in (
         ["--variant", "grpo"],
+        ["--variant", "defaults", "maxent_tau=0.5"],  # the defaults are what the study measures: never overridden
+        ["--variant", ""],
         ["--variant", "a=1"],
         ["--variant", "x", "tau"],
-        ["--seeds", "0"],
+        ["--variant", "x", "maxent_bogus=1"],
+        ["--variant", "x", "maxent_tau=0.1", "maxent_tau=0.2"],
         ["--variant", "x", "--variant", "x"],
+        ["--seeds", "0"],
         ["--tasks", "letters"],
     ):
         with pytest.raises(SystemExit):
             study.parse_args(bad)
+
+
+def test_settings_record_what_the_defaults_were() -> None:
+    study = load_benchmark("defaults_study")
+    digits = study.variant_settings("digits", {"maxent_mode_probability": "policy"})
+    assert digits["maxent_mode_key"] == "last_line" and digits["maxent_mode_probability"] == "policy"
+    vowel = study.variant_settings("vowel", {})
+    assert (vowel["maxent_mode_key"], vowel["maxent_mode_probability"]) == ("first_token", "count")
+    assert (vowel["maxent_tau"], vowel["maxent_tau_final"]) == (0.25, 0.003)
+    assert "maxent_mode_correction_clip" in vowel
+
+
+def test_benchmarks_train_the_tasks_they_trained_before() -> None:
+    from maxent_grpo.bench.single_prompt import SinglePromptTask
+
+    vowel = SinglePromptTask(prompt="pick a vowel:", mode_key="first_token")
+    assert vowel == load_benchmark("mode_coverage").TASK
+    pass_at_k = load_benchmark("pass_at_k")
+    digits = SinglePromptTask(
+        prompt="10=",
+        mode_key="last_line",
+        alphabet="0123456789=",
+        maxent_settings={"maxent_mode_probability": "policy"},
+    )
+    assert digits == pass_at_k.TASK
+    assert frozenset({"19", "28", "37", "46", "55", "64", "73", "82", "91"}) == pass_at_k.CORRECT
 
 
 @pytest.mark.slow
@@ -75,14 +111,20 @@ def test_study_runs_every_arm_on_every_seed_and_writes_figures(tmp_path: Path) -
     assert [(r["method"], r["seed"]) for r in written["runs"]] == [
         (m, s) for s in (0, 1) for m in ("grpo", "defaults", "hot")
     ]
-    assert written["settings"]["variants"] == {"defaults": {}, "hot": {"maxent_tau": 1.0}}
-    assert written["settings"]["tasks"]["four"]["correct"] == ["1", "2", "3", "4"]
+    settings = written["settings"]
+    assert settings["variants"] == {"defaults": {}, "hot": {"maxent_tau": 1.0}} and settings["workers"] == 2
+    assert settings["variant_settings"]["four"]["hot"]["maxent_tau"] == 1.0
+    assert settings["tasks"]["four"]["correct"] == ["1", "2", "3", "4"]
     for run in written["runs"]:
         assert sum(run["answer_counts"].values()) == round(run["mean_reward"] * 16)
     assert set(written["versus_grpo"]["four"]) == {"defaults", "hot"}
-    assert written["versus_grpo"]["four"]["hot"]["reward"] in {"within", "below", "undecided"}
     png = tmp_path / "defaults_study.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def interval(values: list[float] | None) -> str:
+    low, high = values
+    return f"({low:.3f}, {high:.3f})".replace("-", "−")
 
 
 def test_page_shows_the_committed_run() -> None:
@@ -92,10 +134,17 @@ def test_page_shows_the_committed_run() -> None:
     assert list(committed["settings"]["variants"]) == list(study.VARIANTS)
     for task, arms in committed["summary"].items():
         for arm, figures in arms.items():
-            label = "GRPO" if arm == "grpo" else f"**{arm}**" if arm == "defaults" else arm
-            row = f"| {task} | {label} | {figures['mean_reward']:.3f} |"
-            assert row in page, row
-            if arm != "grpo":
+            entropy = f"{figures['normalized_entropy']:.3f} {interval(figures['normalized_entropy_ci95'])}"
+            if arm == "grpo":
+                total = len(committed["settings"]["tasks"][task]["correct"])
+                row = f"| {task} | GRPO | {figures['mean_reward']:.3f} | | {entropy} | "
+                row += f"{figures['distinct_correct']:.1f} of {total} |"
+            else:
                 versus = committed["versus_grpo"][task][arm]
-                gap = f"{versus['reward_minus_grpo']['mean']:+.3f}".replace("-", "−")
-                assert f"{row} {gap} (" in page and f"{versus['reward']} |" in page
+                gap = versus["reward_minus_grpo"]
+                low, high = (f"{v:+.3f}".replace("-", "−") for v in gap["ci95"])
+                gap_text = f"{gap['mean']:+.3f}".replace("-", "−") + f" ({low}, {high}), {versus['reward']}"
+                label = f"**{arm}**" if arm == "defaults" else arm
+                row = f"| {task} | {label} | {figures['mean_reward']:.3f} | {gap_text} | "
+                row += f"{entropy}, {versus['entropy']} | {figures['distinct_correct']:.1f} |"
+            assert row in page, row

@@ -62,6 +62,9 @@ class AnswerTask:
             ``mean_reward``; ``normalized_entropy``: the entropy of the correct answers' empirical distribution
             divided by ln(number of correct answers), 0.0 when none is correct; ``distinct_correct``; and
             ``answer_counts``, every correct answer (sorted) with its count.
+
+        Raises:
+            ValueError: ``answers`` is empty.
         """
         if not answers:
             raise ValueError("evaluate needs at least one answer")
