@@ -12,7 +12,8 @@ number: 1.0 is every correct answer equally often). The tasks are the single-pro
 
 The arms: stock TRL ``GRPOTrainer`` (``grpo``), and `MaxEntGRPOTrainer` with ``maxent_objective="listwise"``, the
 task's mode key (``first_token``, or ``last_line`` for the digits) and, per variant, the fields it names on top of
-the config defaults. The variants (``--variant NAME FIELD=VALUE ...`` replaces all but ``defaults``):
+the config defaults. The variants (``--variant NAME FIELD=VALUE ...``, fields of the objective's ``maxent_*`` only,
+replaces all but ``defaults``):
 
 - ``defaults``: nothing else set (tau annealed from 0.25 to 0.003 over the run, ``maxent_mode_probability="count"``);
 - ``policy``: ``maxent_mode_probability="policy"`` (the setting of the pass@k benchmark);
@@ -80,9 +81,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "policy_fixed_tau": {"maxent_mode_probability": "policy", "maxent_tau_final": None},
 }
 FIGURES = ("mean_reward", "normalized_entropy", "distinct_correct")
-#: Config fields recorded with each variant besides the schedule's (`SinglePromptTask.maxent_run_settings`).
-ESTIMATE_FIELDS = ("maxent_mode_probability", "maxent_mode_correction_clip")
-CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(MaxEntGRPOConfig))
+#: The fields a variant may set and the JSON records per variant: the MaxEnt objective's own (``maxent_*``) but
+#: ``maxent_objective``, which every variant has at "listwise". Training settings stay those of the task, as GRPO's.
+VARIANT_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(MaxEntGRPOConfig)
+    if f.name.startswith("maxent_") and f.name != "maxent_objective"
+)
 
 
 def parse_variant(items: Sequence[str]) -> tuple[str, dict[str, Any]]:
@@ -90,8 +95,8 @@ def parse_variant(items: Sequence[str]) -> tuple[str, dict[str, Any]]:
 
     Raises:
         argparse.ArgumentTypeError: an empty name, a name with ``=``, the name ``grpo`` or ``defaults`` (the arms that
-            always run), an item that is not ``FIELD=VALUE``, a field `MaxEntGRPOConfig` does not have, or a field
-            given twice.
+            always run), an item that is not ``FIELD=VALUE``, a field that is not one of `VARIANT_FIELDS` (a training
+            setting would break the pairing with GRPO), or a field given twice.
     """
     name, *items = items
     if not name or "=" in name or name in ("grpo", "defaults"):
@@ -101,8 +106,11 @@ def parse_variant(items: Sequence[str]) -> tuple[str, dict[str, Any]]:
     overrides: dict[str, Any] = {}
     for item in items:
         field_name, value = maxent_override(item)
-        if field_name not in CONFIG_FIELDS:
-            raise argparse.ArgumentTypeError(f"variant {name!r}: MaxEntGRPOConfig has no field {field_name!r}")
+        if field_name not in VARIANT_FIELDS:
+            raise argparse.ArgumentTypeError(
+                f"variant {name!r}: {field_name!r} is not one of the objective's maxent_* fields (maxent_objective "
+                "neither)"
+            )
         if field_name in overrides:
             raise argparse.ArgumentTypeError(f"variant {name!r} sets {field_name} twice")
         overrides[field_name] = value
@@ -110,8 +118,10 @@ def parse_variant(items: Sequence[str]) -> tuple[str, dict[str, Any]]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The command line; ``variants`` (name -> overrides, ``defaults`` first) replaces the raw ``--variant`` lists.
-    Bad input exits through ``parser.error``."""
+    """The command line, with ``variants`` (name -> overrides, ``defaults`` first) for the raw ``--variant`` lists.
+
+    Bad input exits through ``parser.error``.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps per run (one group each)")
     parser.add_argument("--seeds", type=int, default=5, help="number of seeds (0 .. seeds-1) per arm and task")
@@ -126,8 +136,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar=("NAME", "FIELD=VALUE"),
-        help="a MaxEnt variant: its name, then MaxEntGRPOConfig overrides (JSON values: null for None); repeatable; "
-        "replaces the built-in variants but 'defaults'",
+        help="a MaxEnt variant: its name, then maxent_* field overrides (a value is read as JSON when it parses, so "
+        "null for None, else as text); repeatable; replaces the built-in variants but 'defaults'",
     )
     add_output_arguments(parser, "defaults_study", COMMITTED_OUTPUT_DIR)
     args = parser.parse_args(argv)
@@ -146,10 +156,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def variant_settings(task: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The MaxEnt fields a variant runs with on ``task``: the mode key, the schedule, the mode probability and its
-    clip, each from the config defaults unless ``overrides`` sets it (the record of what "the defaults" were)."""
-    recorded = {name: getattr(MaxEntGRPOConfig, name) for name in ESTIMATE_FIELDS}
-    return {**TASKS[task].task.maxent_run_settings({}), **recorded, **overrides}
+    """Every field of `VARIANT_FIELDS` a variant runs with on ``task``: the config default, unless the task or
+    ``overrides`` sets it (the record of what "the defaults" were)."""
+    defaults = {name: getattr(MaxEntGRPOConfig, name) for name in VARIANT_FIELDS}
+    return {**defaults, **TASKS[task].task.maxent_run_settings(overrides)}
 
 
 def run_seed(seed: int, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -221,7 +231,7 @@ def plot(result: Mapping[str, Any], path: Path) -> None:
     tasks = list(result["summary"])
     figure, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 4.4), squeeze=False)
     for axis, task in zip(axes[0], tasks, strict=True):
-        target = {"color": "tab:green", "alpha": 0.15, "label": "targets (reward at most 0.01 below, entropy 0.95)"}
+        target = {"color": "tab:green", "alpha": 0.15, "label": "targets"}
         axis.fill_between([ENTROPY_TARGET, 1.02], -REWARD_GAP, REWARD_GAP, **target)
         for index, (variant, row) in enumerate(result["versus_grpo"][task].items()):
             figures = result["summary"][task][variant]
@@ -234,7 +244,7 @@ def plot(result: Mapping[str, Any], path: Path) -> None:
         axis.axvline(grpo, color="grey", linestyle=":", label=f"GRPO's entropy ({grpo:.2f})")
         axis.set(title=task, xlabel="answer entropy (normalized)", ylabel="reward minus GRPO's", xlim=(-0.02, 1.02))
         axis.grid(alpha=0.3)
-        axis.legend(loc="lower left", fontsize="small")
+        axis.legend(loc="best", fontsize="x-small")
     figure.suptitle("MaxEnt variants against stock GRPO: mean over seeds, bars = 95% intervals (reward paired)")
     figure.tight_layout()
     figure.savefig(path, dpi=80)

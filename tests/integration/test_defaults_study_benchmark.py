@@ -65,6 +65,8 @@ def test_variants_on_the_command_line() -> None:
         ["--variant", "a=1"],
         ["--variant", "x", "tau"],
         ["--variant", "x", "maxent_bogus=1"],
+        ["--variant", "x", "learning_rate=1"],  # a training setting would break the pairing with GRPO
+        ["--variant", "x", "maxent_objective=grpo"],
         ["--variant", "x", "maxent_tau=0.1", "maxent_tau=0.2"],
         ["--variant", "x", "--variant", "x"],
         ["--seeds", "0"],
@@ -81,7 +83,8 @@ def test_settings_record_what_the_defaults_were() -> None:
     vowel = study.variant_settings("vowel", {})
     assert (vowel["maxent_mode_key"], vowel["maxent_mode_probability"]) == ("first_token", "count")
     assert (vowel["maxent_tau"], vowel["maxent_tau_final"]) == (0.25, 0.003)
-    assert "maxent_mode_correction_clip" in vowel
+    assert set(vowel) == set(study.VARIANT_FIELDS) and "maxent_pass_at_k" in vowel
+    assert "maxent_objective" not in vowel and all(name.startswith("maxent_") for name in vowel)
 
 
 def test_benchmarks_train_the_tasks_they_trained_before() -> None:
@@ -122,7 +125,7 @@ def test_study_runs_every_arm_on_every_seed_and_writes_figures(tmp_path: Path) -
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def interval(values: list[float] | None) -> str:
+def interval(values: list[float]) -> str:
     low, high = values
     return f"({low:.3f}, {high:.3f})".replace("-", "−")
 
