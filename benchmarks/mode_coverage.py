@@ -63,10 +63,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -97,7 +95,6 @@ from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
 # MaxEnt at the config defaults; a mode (the first character) spans many 2-token completions, so its probability under
 # the policy is not known from the sampled ones and the group share estimates it (the default "count").
 TASK = VOWEL.task
-VOWEL_SET = frozenset(VOWELS)
 LABELS = {**TRL_LABELS, "maxent": "MaxEnt listwise (first_token modes)"}
 #: Margins of the plain-words comparison of MaxEnt with each TRL arm (`comparison_lines`), per figure key.
 MARGINS = {"mean_reward": REWARD_TOLERANCE, "normalized_entropy": 0.05}
@@ -111,12 +108,7 @@ def first_characters(completions: Sequence[Any]) -> list[str]:
 
 def normalized_vowel_entropy(characters: Sequence[str]) -> float:
     """Entropy of the empirical distribution of the vowels among ``characters``, divided by ln 5 (0.0 if none)."""
-    counts = Counter(c for c in characters if c in VOWEL_SET)
-    total = sum(counts.values())
-    if total == 0:
-        return 0.0
-    entropy = sum(n / total * math.log(total / n) for n in counts.values())
-    return entropy / math.log(len(VOWELS))
+    return VOWEL.evaluate(characters)["normalized_entropy"] if characters else 0.0
 
 
 def group_vowel_entropy(completions: Sequence[Any]) -> float:
@@ -126,12 +118,11 @@ def group_vowel_entropy(completions: Sequence[Any]) -> float:
 
 def evaluate(answers: Sequence[str]) -> dict[str, Any]:
     """Mean reward, normalized vowel entropy and vowel counts of sampled answers."""
-    characters = first_characters(answers)
-    counts = Counter(c for c in characters if c in VOWEL_SET)
+    figures = VOWEL.evaluate(answers)
     return {
-        "mean_reward": statistics.fmean(vowel_start_reward(list(answers))),
-        "normalized_entropy": normalized_vowel_entropy(characters),
-        "vowel_counts": {v: counts.get(v, 0) for v in VOWELS},
+        "mean_reward": figures["mean_reward"],
+        "normalized_entropy": figures["normalized_entropy"],
+        "vowel_counts": figures["answer_counts"],
     }
 
 

@@ -59,10 +59,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -92,7 +90,6 @@ from maxent_grpo.bench.trl_baselines import REWARD_TOLERANCE, TRL_LABELS
 # MaxEnt at the config defaults; an answer is the whole completion, so its probability under the policy is known
 # exactly and the mode weights are importance-corrected (maxent_mode_probability="policy").
 TASK = replace(DIGITS.task, maxent_settings={"maxent_mode_probability": "policy"})
-CORRECT = DIGITS.correct
 LABELS = {**TRL_LABELS, "maxent": "MaxEnt listwise (last_line modes)"}
 #: Margins of the plain-words comparison of MaxEnt with each TRL arm (`comparison_lines`), per figure key.
 MARGINS = {"mean_reward": REWARD_TOLERANCE, "normalized_entropy": 0.05}
@@ -111,17 +108,15 @@ def evaluate(answers: Sequence[str]) -> dict[str, Any]:
     The normalized entropy is that of the empirical distribution of the correct answers, divided by ln 9 (1.0: all
     nine equally often; 0.0: one answer).
     """
-    rewards = digit_pair_reward(list(answers))
-    n, c = len(rewards), int(sum(rewards))
-    counts = Counter(a.strip() for a, r in zip(answers, rewards, strict=True) if r)
-    entropy = sum(m / c * math.log(c / m) for m in counts.values())
+    figures = DIGITS.evaluate(answers)
+    n, c = len(answers), sum(figures["answer_counts"].values())
     return {
         "n": n,
         "correct": c,
-        "mean_reward": c / n,
+        "mean_reward": figures["mean_reward"],
         "pass_at_k": {str(k): pass_at_k(n, c, k) for k in KS if k <= n},
-        "distinct_correct": len(counts),
-        "normalized_entropy": entropy / math.log(len(CORRECT)),
+        "distinct_correct": figures["distinct_correct"],
+        "normalized_entropy": figures["normalized_entropy"],
     }
 
 

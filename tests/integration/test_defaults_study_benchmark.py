@@ -88,6 +88,7 @@ def test_settings_record_what_the_defaults_were() -> None:
 
 
 def test_benchmarks_train_the_tasks_they_trained_before() -> None:
+    from maxent_grpo.bench.answer_tasks import DIGITS
     from maxent_grpo.bench.single_prompt import SinglePromptTask
 
     vowel = SinglePromptTask(prompt="pick a vowel:", mode_key="first_token")
@@ -100,7 +101,7 @@ def test_benchmarks_train_the_tasks_they_trained_before() -> None:
         maxent_settings={"maxent_mode_probability": "policy"},
     )
     assert digits == pass_at_k.TASK
-    assert frozenset({"19", "28", "37", "46", "55", "64", "73", "82", "91"}) == pass_at_k.CORRECT
+    assert frozenset({"19", "28", "37", "46", "55", "64", "73", "82", "91"}) == DIGITS.correct
 
 
 @pytest.mark.slow
