@@ -16,11 +16,12 @@ import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
-from transformers.trainer import TRAINER_STATE_NAME
 
+from maxent_grpo.training.checkpoints.resume import is_complete
 from maxent_grpo.training.checkpoints.save_errors import WRITE_ERRORS, SaveError, save_error
 
 CONTROLLER_STATE_FILE = "maxent_controllers.json"
@@ -50,17 +51,19 @@ def saving_checkpoint(folder: str, *, writes: bool, barrier: Callable[[], None])
     too) is first moved aside, to ``_replaced-<name>`` beside it (a name nothing resumes from, rotates or uploads to
     the Hub), so the save never writes new files beside old ones. If the save fails before the checkpoint is complete
     (`trainer_state.json`, written last), the partial folder is removed and the earlier checkpoint put back as it was;
-    once it succeeds on every process, the earlier one is deleted. A save killed mid-way (SIGKILL, preemption) leaves
-    the earlier checkpoint aside; the next save of that step puts it back before anything else. Only the process that
-    writes (``writes``, `TrainingArguments.should_save`) moves and removes folders; ``barrier`` (every process calls
-    this together) keeps the others from writing into ``folder`` before it is moved aside.
+    once it succeeds on every process, the earlier one is deleted. Complete means `resume.is_complete`: a
+    `trainer_state.json` that is whole JSON, so a Ctrl-C or a full disk while it is written removes the folder too. A
+    save killed mid-way (SIGKILL, preemption) leaves the earlier checkpoint aside; the next save of that step puts it
+    back before anything else. Only the process that writes (``writes``, `TrainingArguments.should_save`) moves and
+    removes folders; ``barrier`` (every process calls this together) keeps the others from writing into ``folder``
+    before it is moved aside.
 
     A write failure (full disk, quota) is raised as one `SaveError` naming the checkpoint; anything else,
     KeyboardInterrupt included, is re-raised as it was once the partial folder is gone.
     """
     aside = os.path.join(os.path.dirname(folder), f"_replaced-{os.path.basename(folder)}")
     if writes and os.path.isdir(aside):  # a save killed mid-way: the complete checkpoint it was replacing wins
-        if os.path.exists(os.path.join(folder, TRAINER_STATE_NAME)):
+        if is_complete(Path(folder)):
             shutil.rmtree(aside)
         else:
             shutil.rmtree(folder, ignore_errors=True)
@@ -72,7 +75,7 @@ def saving_checkpoint(folder: str, *, writes: bool, barrier: Callable[[], None])
     try:
         yield
     except BaseException as error:
-        remove = writes and not os.path.exists(os.path.join(folder, TRAINER_STATE_NAME))
+        remove = writes and not is_complete(Path(folder))
         failure = None
         if isinstance(error, WRITE_ERRORS) and not isinstance(error, SaveError):  # free space measured first
             undone = " (the partial folder was removed" + (", the earlier checkpoint put back)" if replaces else ")")

@@ -2,12 +2,13 @@
 
 `true` means the latest checkpoint in `output_dir`, and a folder holding `checkpoint-<step>` folders (an `output_dir`)
 means its latest one. Transformers' `get_last_checkpoint` picks the highest step even when that save was interrupted
-(no `trainer_state.json`: a full disk, a killed job), and then fails after the weights have loaded; here such a
-partial checkpoint is skipped with a warning and the latest complete one is used.
+(no `trainer_state.json`, or one cut short: a full disk, a killed or interrupted job), and then fails after the
+weights have loaded; here such a partial checkpoint is skipped with a warning and the latest complete one is used.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -25,8 +26,19 @@ class CheckpointNotFoundError(ValueError):
 
 
 def is_complete(checkpoint: Path) -> bool:
-    """A checkpoint folder whose save finished: the Trainer writes `trainer_state.json` last."""
-    return (checkpoint / TRAINER_STATE_NAME).is_file()
+    """A checkpoint folder whose save finished: the Trainer writes `trainer_state.json` last, so it is there and whole
+    JSON (a save interrupted while writing it leaves it empty, a full disk cut short)."""
+    try:
+        json.loads((checkpoint / TRAINER_STATE_NAME).read_bytes())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _why_partial(checkpoint: Path) -> str:
+    if (checkpoint / TRAINER_STATE_NAME).is_file():
+        return f"its {TRAINER_STATE_NAME} is empty or cut short"
+    return f"it has no {TRAINER_STATE_NAME}"
 
 
 def latest_complete_checkpoint(folder: Path) -> Path | None:
@@ -37,9 +49,9 @@ def latest_complete_checkpoint(folder: Path) -> Path | None:
         if is_complete(checkpoint):
             for partial in skipped:
                 logger.warning(
-                    "Skipping %s: it has no %s (its save did not finish); resuming from %s.",
+                    "Skipping %s: %s (its save did not finish); resuming from %s.",
                     partial,
-                    TRAINER_STATE_NAME,
+                    _why_partial(partial),
                     checkpoint.name,
                 )
             return checkpoint
@@ -64,7 +76,7 @@ def resolve_resume_checkpoint(value: str | None, output_dir: str) -> str | None:
             f"resume_from_checkpoint={value!r}: {str(folder)!r} is not a directory: expected 'true', an output_dir "
             "or a checkpoint folder such as <output_dir>/checkpoint-<step>"
         )
-    if is_complete(folder):
+    if (folder / TRAINER_STATE_NAME).is_file():  # a checkpoint named itself: the command's checks read its files
         return str(folder)
     checkpoint = latest_complete_checkpoint(folder)
     if checkpoint is not None:
