@@ -178,13 +178,54 @@ def welch_difference(baseline: Sequence[float], other: Sequence[float]) -> Diffe
     return _from_intervals(WELCH, n, estimate, ci, tost, result.df, spread)
 
 
+def _quantile_rule(points: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes and weights on (0, 1)."""
+    nodes, weights = np.polynomial.legendre.leggauss(points)
+    return (nodes + 1.0) / 2.0, weights / 2.0
+
+
+#: The quadrature of `verdict_probability` over the quantiles of the observed spread (64 points: within 1e-4).
+_QUANTILES, _QUANTILE_WEIGHTS = _quantile_rule(64)
+
+
+def verdict_probability(estimate: float, spread: float, margin: float, seeds: np.ndarray) -> np.ndarray:
+    """The probability that `compare`, on ``seeds`` paired seeds, reaches a verdict: equivalent or differs (either).
+
+    For a true difference ``d = estimate`` and per-seed spread ``s = spread``, the mean difference of n seeds is
+    normal (``d``, ``s/√n``) and the sample spread ``S`` is ``s·√(χ²(n-1)/(n-1))``, independent of it. Given ``S``,
+    the verdict is "equivalent" when ``|mean| < m - t(1-α, n-1)·S/√n`` and "differs" when
+    ``|mean| > t(1-α/2, n-1)·S/√n``; the probability of the union is exact given ``S`` and integrated over ``S``'s
+    quantiles.
+
+    Args:
+        estimate: the true mean difference.
+        spread: the standard deviation of one seed's difference, > 0.
+        margin: the equivalence margin m >= 0.
+        seeds: the numbers of seeds per arm, each >= 2.
+
+    Returns:
+        The probability for each of ``seeds``.
+    """
+    seeds = np.asarray(seeds, dtype=float)[:, None]
+    dof = seeds - 1.0
+    standard_error = spread / np.sqrt(seeds)
+    shift, half_range = abs(estimate) / standard_error, margin / standard_error  # in standard errors
+    sample_spread = np.sqrt(scipy_stats.chi2.ppf(_QUANTILES, dof) / dof)  # S / s at each quantile
+    inside = np.maximum(half_range - scipy_stats.t.ppf(1.0 - ALPHA, dof) * sample_spread, 0.0)
+    outside = scipy_stats.t.ppf(1.0 - ALPHA / 2.0, dof) * sample_spread
+    normal = scipy_stats.norm.cdf
+    equivalent = normal(inside - shift) - normal(-inside - shift)
+    differs = normal(-outside - shift) + normal(shift - outside)
+    # The two overlap only when they cover every mean (inside >= outside): then a verdict is certain.
+    return np.minimum(equivalent + differs, 1.0) @ _QUANTILE_WEIGHTS
+
+
 def seeds_to_decide(estimate: float, spread: float, margin: float, seeds: int) -> int | None:
     """The fewest seeds per arm, more than ``seeds``, at which the comparison would likely reach a verdict.
 
     "Likely" is with probability `POWER`, for a true difference ``estimate`` and a per-seed spread ``spread`` (both
-    as observed): the 95% interval excludes 0 when ``|d| ≥ (t(1-α/2) + t(POWER))·s/√n``, the 90% interval lies
-    inside the margin when ``m - |d| ≥ (t(1-α) + t(POWER))·s/√n`` (``t((1+POWER)/2)`` for ``d = 0``, where either
-    end can fail); t with ``n - 1`` degrees of freedom (for Welch's comparison a slight overstatement of the seeds).
+    as observed), of reaching either verdict, equivalent or differs (`verdict_probability`), with the t
+    distributions of a paired comparison (for Welch's comparison a slight overstatement of the seeds).
 
     Returns:
         That number of seeds, or None when no number up to `MAX_SEEDS` is enough, or when nothing varies (``s = 0``:
@@ -192,17 +233,14 @@ def seeds_to_decide(estimate: float, spread: float, margin: float, seeds: int) -
     """
     if spread == 0.0:
         return None
-    seeds_per_arm = np.arange(seeds + 1, MAX_SEEDS + 1)
-    dof = seeds_per_arm - 1
-    standard_error = spread / np.sqrt(seeds_per_arm)
-    power_quantile = POWER if estimate != 0.0 else 0.5 + POWER / 2.0
-    differs = abs(estimate) >= (scipy_stats.t.ppf(1 - ALPHA / 2, dof) + scipy_stats.t.ppf(POWER, dof)) * standard_error
-    equivalent = (
-        margin - abs(estimate)
-        >= (scipy_stats.t.ppf(1 - ALPHA, dof) + scipy_stats.t.ppf(power_quantile, dof)) * standard_error
-    )
-    decided = np.flatnonzero(differs | equivalent)
-    return int(seeds_per_arm[decided[0]]) if decided.size else None
+    first, block = seeds + 1, 64
+    while first <= MAX_SEEDS:  # in growing blocks: the answer is usually within the first
+        seeds_per_arm = np.arange(first, min(first + block, MAX_SEEDS + 1))
+        decided = np.flatnonzero(verdict_probability(estimate, spread, margin, seeds_per_arm) >= POWER)
+        if decided.size:
+            return int(seeds_per_arm[decided[0]])
+        first, block = first + block, 2 * block
+    return None
 
 
 @dataclass(frozen=True)
