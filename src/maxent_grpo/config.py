@@ -45,6 +45,13 @@ class MaxEntGRPOConfig(GRPOConfig):
     A field left at its default never conflicts with one the user set: the default gives way, with a log line
     (``maxent_target_weight_entropy`` drops the default anneal ``maxent_tau_final``, for one). A field counts as set
     when its value differs from its default; one set explicitly to its default value cannot be told apart.
+
+    One TRL default differs: with ``use_cpu=True`` and ``use_vllm=True`` and neither ``bf16`` nor ``fp16`` given,
+    ``bf16`` is False (TRL makes it True). A CPU run with a vLLM engine or server then scores its completions in the
+    float32 that vLLM samples in on the CPU (the colocated engine in the training dtype, ``maxent-grpo vllm-serve
+    --dtype float32``); under TRL's default the forward runs in bfloat16 autocast against a float32 engine, and a
+    real model's sampling log-prob difference is 0.02-0.07 on average instead of 1e-5. Set ``bf16`` explicitly to
+    keep TRL's behaviour. Without vLLM the model samples itself, and TRL's default stays.
     """
 
     #: Which of ``generation_batch_size`` / ``steps_per_generation`` the user set (TRL derives both), or None.
@@ -290,7 +297,8 @@ class MaxEntGRPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Group candidates by answer so the entropy acts on distinct answers: a built-in name "
-            "('first_token', 'last_line', 'boxed') or a dotted path 'package.module:function' to a callable mapping "
+            "('first_token', 'last_line', 'boxed', 'final_answer': the final number or line of a free-form answer) "
+            "or a dotted path 'package.module:function' to a callable mapping "
             "completion text to a hashable answer. None: candidate-level entropy."
         },
     )
@@ -371,6 +379,8 @@ class MaxEntGRPOConfig(GRPOConfig):
         given = {name: getattr(self, name) for name in GENERATION_BATCH_FIELDS}
         # Which of the two the user set, if either (TRL derives both); see `generation_batch_terms`.
         self._generation_batch_set = next((name for name, value in given.items() if value is not None), None)
+        if self.use_cpu and self.use_vllm and self.bf16 is None and not self.fp16:  # see the class docstring
+            self.bf16 = False
         try:
             super().__post_init__()
         except ValueError:

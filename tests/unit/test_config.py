@@ -412,3 +412,19 @@ def test_the_server_key_is_never_in_the_printed_or_logged_config(tmp_path, monke
     assert server_api_key(unset) == "from-env" and unset.to_dict()["vllm_server_api_key"] is None
     monkeypatch.delenv("VLLM_API_KEY")
     assert server_api_key(unset) is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "bf16"),
+    [
+        ({"use_cpu": True, "use_vllm": True}, False),  # the engine samples in float32 on the CPU: so does the trainer
+        ({"use_cpu": True, "use_vllm": True, "bf16": True}, True),  # set explicitly: kept
+        ({"use_cpu": True, "use_vllm": True, "fp16": True}, False),  # fp16 asked for: TRL's rule
+        ({"use_cpu": True}, True),  # no engine: TRL's default
+    ],
+)
+def test_bf16_defaults_off_on_the_cpu_with_a_vllm_engine(tmp_path, fields, bf16):
+    config = MaxEntGRPOConfig(output_dir=str(tmp_path), report_to="none", **fields)
+    assert config.bf16 is bf16
+    stock = GRPOConfig(output_dir=str(tmp_path), report_to="none", **fields)
+    assert stock.bf16 is (not fields.get("fp16", False) if "bf16" not in fields else fields["bf16"])

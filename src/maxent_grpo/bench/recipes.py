@@ -18,6 +18,7 @@ from typing import Any
 from datasets import Dataset, load_dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from maxent_grpo.smollm2 import SMOLLM2, smollm2_dir
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 
 TINY_MODEL = "tiny"
@@ -143,6 +144,8 @@ RECIPES: dict[str, Recipe] = {
 
 def build_model(recipe: Recipe, seed: int) -> tuple[PreTrainedModel | str, PreTrainedTokenizerBase | None]:
     """The model (or its id, for the trainer to load) and, for the tiny model, its tokenizer."""
+    if recipe.model == SMOLLM2:
+        return str(smollm2_dir()), None
     if recipe.model != TINY_MODEL:
         return recipe.model, None
     tokenizer = build_tiny_tokenizer()

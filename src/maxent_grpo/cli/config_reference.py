@@ -69,8 +69,8 @@ def render_config_reference() -> str:
             "",
             "`maxent-grpo train` also takes, in a recipe or as `--field value`, the fields of TRL's `ScriptArguments` "
             f"({field_names(ScriptArguments)}) and of TRL's `ModelConfig` ({field_names(ModelConfig)}), with TRL's "
-            "meaning (`dataset_name` may also be a local file or 'vowels', `model_name_or_path` also 'tiny'), plus "
-            "these script arguments:",
+            "meaning (`dataset_name` may also be a local file or 'vowels', `model_name_or_path` also 'tiny' or "
+            "'smollm2'), plus these script arguments:",
             "",
             fields_table(TrainScriptArguments),
         ]

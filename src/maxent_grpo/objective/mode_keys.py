@@ -23,11 +23,19 @@ Built-in keys (see [`BUILTIN_MODE_KEYS`]):
 - ``"last_line"``: the last non-empty line, stripped.
 - ``"boxed"``: the stripped content of the last ``\\boxed{...}`` whose braces balance (the final-answer
   convention of math data sets); ``None`` when there is none or it is empty.
+- ``"final_answer"``: the final answer of a free-form completion, as a real model writes it: the content of the
+  last ``\\boxed{...}`` if there is one, else the last number (``"12"``, ``"12."``, ``"The answer is 12"`` and
+  ``"7 + 5 = **12**"`` are one mode, ``"12"``; thousands separators and trailing decimal zeros dropped, so
+  ``"1,200.50"`` is ``"1200.5"``), else the last non-empty line with case, surrounding markup and punctuation and a
+  leading ``"the answer is"`` / ``"answer:"`` removed (``"Paris."`` and ``"The answer is paris"`` are one mode).
+  Use it where a model answers in its own words (chat models); ``first_token`` merges ``"12"`` and ``"13"`` when a
+  tokenizer writes one token per digit, and ``last_line`` separates ``"12"`` from ``"12."``.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Hashable, Sequence
 
 import torch
@@ -41,6 +49,7 @@ __all__ = [
     "answer_keys",
     "assign_mode_ids",
     "boxed",
+    "final_answer",
     "first_token",
     "last_line",
     "mode_coverage",
@@ -51,6 +60,10 @@ ModeKey = Callable[[str, Sequence[int] | None], Hashable | None]
 """The signature of a mode key, ``(completion text, completion token ids or None) -> answer``, None for no answer."""
 
 _BOXED = "\\boxed{"
+# A number: optional sign, digits with optional thousands separators, an optional decimal part or fraction.
+_NUMBER = re.compile(r"(?<![\w.])[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+|/\d+)?")
+_ANSWER_PREFIX = re.compile(r"^(?:so,?\s+)?(?:the\s+)?(?:final\s+)?answer(?:\s+is)?\s*[:=]?\s*", re.IGNORECASE)
+_MARKUP = " \t*_`$\"'.,;:!?()[]{}"
 
 
 def first_token(text: str, completion_ids: Sequence[int] | None = None) -> Hashable | None:
@@ -84,10 +97,35 @@ def boxed(text: str, completion_ids: Sequence[int] | None = None) -> Hashable | 
     return None
 
 
+def _normal_number(number: str) -> str:
+    number = number.replace(",", "").replace("−", "-").lstrip("+")
+    if "." in number:
+        number = number.rstrip("0").rstrip(".")
+    return "0" if number in ("-0", "") else number
+
+
+def final_answer(text: str, completion_ids: Sequence[int] | None = None) -> Hashable | None:
+    """The final answer of a free-form completion: the last ``\\boxed{}``, else the last number, else the last
+    non-empty line, normalized (see the module docstring); None when the text holds none of them."""
+    answer = boxed(text)
+    if answer is not None:
+        numbers = _NUMBER.findall(answer)
+        return _normal_number(numbers[0]) if len(numbers) == 1 and numbers[0] == answer.strip() else answer
+    numbers = _NUMBER.findall(text)
+    if numbers:
+        return _normal_number(numbers[-1])
+    line = last_line(text)
+    if line is None:
+        return None
+    line = _ANSWER_PREFIX.sub("", line.strip(_MARKUP)).strip(_MARKUP)
+    return " ".join(line.casefold().split()) or None
+
+
 BUILTIN_MODE_KEYS: dict[str, ModeKey] = {
     "first_token": first_token,
     "last_line": last_line,
     "boxed": boxed,
+    "final_answer": final_answer,
 }
 """Built-in mode keys by name."""
 

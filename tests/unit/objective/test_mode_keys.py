@@ -13,6 +13,7 @@ from maxent_grpo.objective.mode_keys import (
     answer_keys,
     assign_mode_ids,
     boxed,
+    final_answer,
     first_token,
     last_line,
     mode_coverage,
@@ -62,11 +63,48 @@ def test_boxed(text: str, expected: str | None) -> None:
     assert boxed(text, None) == expected
 
 
+@pytest.mark.parametrize(
+    "spellings",
+    [
+        ["12", "12.", "The answer is 12", "7 + 5 = **12**", "7 + 5 = 12.", " 12.0\n", "\\boxed{12}", "+12"],
+        ["1,200.50", "It costs 1200.5 dollars", "\\boxed{ 1200.50 }"],
+        ["-3", "x = −3.", "so x is -3.00"],
+        ["3/4", "The answer is 3/4."],
+        ["Paris.", "The answer is paris", "**Paris**", "Answer: PARIS!"],
+        ["\\boxed{x+1}", "so \\boxed{ x+1 }"],
+    ],
+)
+def test_final_answer_gives_every_spelling_of_one_answer_one_mode(spellings: list[str]) -> None:
+    assert len({final_answer(text) for text in spellings}) == 1, [final_answer(text) for text in spellings]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2 + 3 = 5. Wait, 2 + 3 = 6", "6"),  # the last number is the final answer
+        ("12", "12"),
+        ("120", "120"),  # trailing zeros of an integer stay
+        ("0.0", "0"),
+        ("-0", "0"),
+        ("v1.2 is out", "v1.2 is out"),  # a number inside a word is no number
+        ("", None),
+        (" \n ", None),
+        ("...", None),
+    ],
+)
+def test_final_answer_values(text: str, expected: str | None) -> None:
+    assert final_answer(text) == expected
+
+
+def test_final_answer_separates_different_numbers() -> None:
+    assert len({final_answer(text) for text in ["12", "13", "15", "1.2", "21", "-12"]}) == 6
+
+
 # --- resolve_mode_key ------------------------------------------------------------------------------------------------
 
 
 def test_builtin_names_resolve_to_the_builtins() -> None:
-    assert set(BUILTIN_MODE_KEYS) == {"first_token", "last_line", "boxed"}
+    assert set(BUILTIN_MODE_KEYS) == {"first_token", "last_line", "boxed", "final_answer"}
     for name, key in BUILTIN_MODE_KEYS.items():
         assert resolve_mode_key(name) is key
     assert resolve_mode_key(None) is None
@@ -107,7 +145,7 @@ def test_unhashable_answers_are_reported() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("first_char", r"unknown mode key 'first_char'.*\['boxed', 'first_token', 'last_line'\]"),
+        ("first_char", r"unknown mode key 'first_char'.*\['boxed', 'final_answer', 'first_token', 'last_line'\]"),
         ("no_such_package_xyz.module:key", "cannot import module 'no_such_package_xyz.module'"),
         ("os.path:no_such_function", "module 'os.path' has no attribute 'no_such_function'"),
         ("os:sep", "not callable"),

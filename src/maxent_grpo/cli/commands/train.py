@@ -158,7 +158,7 @@ def _load_model(model_args: ModelConfig, config: MaxEntGRPOConfig) -> dict[str, 
     import maxent_grpo.cli.script_args as inputs
     from maxent_grpo.cli.hub_access import check_model_source
 
-    if model_args.model_name_or_path != inputs.TINY_MODEL:
+    if model_args.model_name_or_path not in (inputs.TINY_MODEL, inputs.SMOLLM2):
         check_model_source(model_args.model_name_or_path)
     return inputs.load_model(model_args, config)
 

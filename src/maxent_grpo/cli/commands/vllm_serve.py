@@ -50,6 +50,7 @@ from pathlib import Path
 import requests
 
 from maxent_grpo.cli.command_errors import TrainingFailed
+from maxent_grpo.cli.embedded_model import resolve_smollm2
 from maxent_grpo.cli.usage_error import PROG, UsageError, UsageErrorParser
 from maxent_grpo.serving import routes, watchdog
 from maxent_grpo.serving.key_guard import (
@@ -58,6 +59,7 @@ from maxent_grpo.serving.key_guard import (
     authorization_headers,
 )
 from maxent_grpo.serving.reload_extension import EXTENSION_QUALNAME, WEIGHTS_ROOT_VARIABLE
+from maxent_grpo.smollm2 import SMOLLM2
 
 WEIGHT_TRANSFERS = ("disk", "nccl")
 _POLL_SECONDS = 1.0
@@ -135,7 +137,10 @@ def parser(prog: str, parser_class: type[argparse.ArgumentParser]) -> argparse.A
         "pass as vllm_server_base_url (or as one of vllm_server_base_urls: start one such command per server of a "
         "set). Arguments after the model that this command does not know go to vLLM.",
     )
-    result.add_argument("model", help="model id or path the server serves (the model being trained)")
+    result.add_argument(
+        "model",
+        help="model id or path the server serves (the model being trained), or 'smollm2' (the embedded real model)",
+    )
     result.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     result.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     result.add_argument(
@@ -335,6 +340,8 @@ def run(argv: Sequence[str]) -> int:
     options, vllm_args = parser(f"{PROG} vllm-serve", UsageErrorParser).parse_known_args(argv)
     if (missing := vllm_missing()) is not None:
         raise UsageError(missing)
+    if options.model == SMOLLM2:
+        options.model = str(resolve_smollm2())
     code, problem = serve(options, vllm_args)
     if problem is not None:
         raise TrainingFailed(problem)
