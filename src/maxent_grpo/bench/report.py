@@ -21,6 +21,7 @@ from maxent_grpo.bench.stats import (
     compare,
     summarize,
 )
+from maxent_grpo.number_format import figure
 
 METHOD_NAMES = {PAIRED: "paired t", WELCH: "Welch t"}
 
@@ -100,28 +101,23 @@ def build_summary(
     }
 
 
-def _number(value: float, signed: bool = False) -> str:
-    sign = "+" if signed else ""
-    return f"{value:{sign}.1f}" if abs(value) >= 100 else f"{value:{sign}.4g}"
-
-
 def _interval(low: float, high: float) -> str:
-    return f"[{_number(low)}, {_number(high)}]"
+    return f"[{figure(low)}, {figure(high)}]"
 
 
 def _margin(difference: Mapping[str, Any]) -> str:
     given = difference["margin_given"]
-    absolute = _number(difference["margin"])
+    absolute = figure(difference["margin"])
     if given.endswith("%"):
         return f"±{absolute} ({given} of {difference['baseline']})"
     return f"±{absolute}"
 
 
 def verdict(difference: Mapping[str, Any]) -> str:
-    """A difference's verdict in words: ``identical on every seed``, ``equivalent within ±0.25`` (noting when the 95%
+    """A difference's verdict in words: ``identical on every seed``, ``equivalent within ±0.250`` (noting when the 95%
     interval excludes 0 as well), ``differs`` or ``inconclusive: about 12 seeds per arm would likely decide it``."""
     if difference["verdict"] == EQUIVALENT:
-        text = f"equivalent within ±{_number(difference['margin'])}"
+        text = f"equivalent within ±{figure(difference['margin'])}"
         if not difference["ci_low"] <= 0.0 <= difference["ci_high"]:
             text += " (a real difference, smaller than the margin)"
         return text
@@ -134,8 +130,8 @@ def verdict(difference: Mapping[str, Any]) -> str:
 
 
 def verdict_lines(summary: Mapping[str, Any]) -> list[str]:
-    """One line per metric and compared arm, e.g. ``reward: after - before = +0.1 (paired t over 3 seeds, 95% CI
-    [-0.5, 0.7], 90% CI [-0.3, 0.5], margin ±0.25 (1% of before)): inconclusive: ...``."""
+    """One line per metric and compared arm, e.g. ``reward: after - before = +0.100 (paired t over 3 seeds, 95% CI
+    [-0.500, 0.700], 90% CI [-0.300, 0.500], margin ±0.250 (1% of before)): inconclusive: ...``."""
     lines = []
     for metric in summary["metrics"].values():
         for arm, difference in metric["differences"].items():
@@ -144,7 +140,7 @@ def verdict_lines(summary: Mapping[str, Any]) -> list[str]:
                 lines.append(f"{head}: {IDENTICAL} ({len(summary['seeds'])} paired seeds)")
                 continue
             lines.append(
-                f"{head} = {_number(difference['estimate'], signed=True)} ({METHOD_NAMES[difference['method']]} over "
+                f"{head} = {figure(difference['estimate'], signed=True)} ({METHOD_NAMES[difference['method']]} over "
                 f"{difference['n']} seeds, 95% CI {_interval(difference['ci_low'], difference['ci_high'])}, 90% CI "
                 f"{_interval(difference['tost_low'], difference['tost_high'])}, margin {_margin(difference)}): "
                 f"{verdict(difference)}"
@@ -176,7 +172,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
                 metric["label"],
                 arm,
                 str(stats["n"]),
-                f"{_number(stats['mean'])} ± {_number(stats['std'])}",
+                f"{figure(stats['mean'])} ± {figure(stats['std'])}",
                 _interval(stats["ci_low"], stats["ci_high"]),
             ]
             difference = metric["differences"].get(arm)
@@ -186,7 +182,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
                 cells += ["0", "", METHOD_NAMES[difference["method"]], _margin(difference), IDENTICAL]
             else:
                 cells += [
-                    _number(difference["estimate"], signed=True),
+                    figure(difference["estimate"], signed=True),
                     _interval(difference["ci_low"], difference["ci_high"]),
                     METHOD_NAMES[difference["method"]],
                     _margin(difference),

@@ -81,7 +81,7 @@ def test_the_verdict_lines_say_how_and_against_what(summary):
     assert "(2% of before)): equivalent within ±0.0" in step_time
     assert "(a real difference, smaller than the margin)" in step_time  # +0.1% on every seed: the interval excludes 0
     (loss,) = [line for line in lines if line.startswith("loss: after - before")]
-    assert loss.endswith("margin ±0.01): differs")
+    assert loss.endswith("margin ±0.0100): differs")  # every figure with 3 significant digits
     (listwise,) = [line for line in lines if line.startswith("reward: listwise - before")]
     needed = summary["metrics"]["reward"]["differences"]["listwise"]["seeds_needed"]
     assert listwise.endswith(f"(1% of before)): inconclusive: about {needed} seeds per arm would likely decide it")
@@ -91,9 +91,9 @@ def test_the_table_has_method_margin_and_verdict_columns(summary):
     table = markdown(summary)
     assert "| Δ vs before | 95% CI of Δ | method | margin | verdict |" in table
     assert (
-        "| reward | after | 3 | 11 ± 1 | [8.516, 13.48] | 0 |  | paired t | ±0.11 (1% of before) | identical on "
+        "| reward | after | 3 | 11.0 ± 1.00 | [8.52, 13.5] | 0 |  | paired t | ±0.110 (1% of before) | identical on "
         in table
     )
-    assert "| loss | after | 3 |" in table and "| paired t | ±0.01 | differs |" in table
+    assert "| loss | after | 3 |" in table and "| paired t | ±0.0100 | differs |" in table
     assert "- step time (s) (margin 2%): TRL's `step_time`" in table
     assert "## Verdicts" in table and "scipy.stats.ttest_rel" in table
