@@ -65,7 +65,7 @@ def test_ab_smoke_writes_reports_and_named_trackio_runs(tmp_path, capsys, monkey
     assert "| reward | before |" in table and "| reward | after |" in table
     assert "\n- reward: after - before: identical on every seed (2 paired seeds)\n" in table
     assert "\nreward: after - before: identical on every seed (2 paired seeds)\n" in progress
-    assert "| method | margin | verdict |" in table and "| paired t | ±0.5 | identical on every seed |" in table
+    assert "| method | margin | verdict |" in table and "| paired t | ±0.500 | identical on every seed |" in table
 
     assert (output_dir / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
