@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from maxent_grpo.cli.metrics_file import metrics_path
+from maxent_grpo.number_format import figure
 
 #: The figures `WatchedProgress` shows, each as (logged key, label), where the run logs them.
 WATCHED = (
@@ -65,12 +66,8 @@ class WatchedProgress(TrainerCallback):
         self._start, self._start_step = time.monotonic(), state.global_step  # a resumed run starts past 0
         if not state.is_world_process_zero:
             return
-        watched = ", ".join(label for _, label in WATCHED)
-        print(
-            f"progress shows {watched} where logged; every logged figure goes to "
-            f"{metrics_path(args.output_dir)} (and to report_to), and to the progress lines with --log_level info",
-            flush=True,
-        )  # on stdout, with the summary: stderr holds progress and, when a run fails, its one error line
+        # On stdout, with the summary: stderr holds progress and, when a run fails, its one error line.
+        print("\n".join(opening_lines(args.output_dir)), flush=True)
         if not self.lines:
             self._bar = tqdm(
                 total=state.max_steps, initial=state.global_step, desc="train", unit="step", dynamic_ncols=True
@@ -97,8 +94,8 @@ class WatchedProgress(TrainerCallback):
             if _number(logs.get(key)):
                 self.first.setdefault(key, (state.global_step, logs[key]))
                 self.last[key] = (state.global_step, logs[key])
-        if logs.get(DROPPED[0]):
-            shown[DROPPED[1]] = logs[DROPPED[0]]
+        if dropped := logs.get(DROPPED[0]):  # a count (a mean of counts over the logging steps when not whole)
+            shown[DROPPED[1]] = int(dropped) if float(dropped).is_integer() else dropped
         if not shown:
             return
         if self._bar is not None:
@@ -124,7 +121,16 @@ class WatchedProgress(TrainerCallback):
             return ""
         per_step = (time.monotonic() - self._start) / done
         left = per_step * max(state.max_steps - state.global_step, 0)
-        return f" | {per_step:.2g} s/step, {format_seconds(left)} left"
+        return f" | {figure(per_step)} s/step, {format_seconds(left)} left"
+
+
+def opening_lines(output_dir: str) -> list[str]:
+    """What progress shows and where every logged figure goes, said once as training begins."""
+    *first, last = [label for _, label in WATCHED]
+    return [
+        f"progress shows {', '.join(first)} and {last} where logged (every logged figure with --log_level info);",
+        f"every logged figure goes to report_to and to {metrics_path(output_dir)}",
+    ]
 
 
 def format_seconds(seconds: float) -> str:
@@ -169,7 +175,7 @@ class LineProgressCallback(TrainerCallback):
 
 
 def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return figure(value) if isinstance(value, float) else str(value)
 
 
 def silence_library_progress_bars() -> None:

@@ -15,3 +15,8 @@ PLOT_ORDER = "reward,entropy,maxent/mode_coverage,maxent/*,rewards/*,generation/
 def show_command(project: str) -> str:
     """The command that opens ``project``'s dashboard with `PLOT_ORDER`."""
     return f"TRACKIO_PLOT_ORDER='{PLOT_ORDER}' trackio show --project {project}"
+
+
+def show_command_lines(project: str) -> list[str]:
+    """`show_command` as two shell lines (the first ending in a line continuation), each short whatever the project."""
+    return [f"TRACKIO_PLOT_ORDER='{PLOT_ORDER}' \\", f"  trackio show --project {project}"]

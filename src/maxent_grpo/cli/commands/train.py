@@ -9,6 +9,7 @@ arguments name a model and a data set, so that ``--help`` answers at once.
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -123,9 +124,15 @@ def _train_run(argv: Sequence[str]) -> int:
     if not full_logs(config):
         trackio = config.project if "trackio" in config.report_to else None
         tiny = model_args.model_name_or_path == inputs.TINY_MODEL
-        steps = trainer.state.global_step
         trainer.accelerator.print(
-            summary(watched, steps=steps, output_dir=config.output_dir, trackio_project=trackio, tiny_model=tiny)
+            summary(
+                watched,
+                steps=trainer.state.global_step,
+                output_dir=config.output_dir,
+                trackio_project=trackio,
+                tiny_model=tiny,
+                vllm_installed=importlib.util.find_spec("vllm") is not None,
+            )
         )
     else:
         trainer.accelerator.print(f"Model saved to {config.output_dir}")
