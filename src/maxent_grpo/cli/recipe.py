@@ -228,16 +228,14 @@ def split_recipe(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     return path, args
 
 
-def check_required_named(recipe_path: str | None, args: Sequence[str]) -> None:
-    """Refuse a command line that names no model or no data set, neither in its arguments ``args`` nor in the
-    recipe at ``recipe_path``, before TRL's parser is built (which imports torch, transformers and TRL, and would
-    first refuse TRL's default bf16 on a machine without a GPU). Reads the recipe, sets nothing.
+def named_fields(recipe_path: str | None, args: Sequence[str], fields: Sequence[str]) -> set[str]:
+    """Those of ``fields`` that the recipe at ``recipe_path`` sets (to a value other than null) or that ``args`` name.
 
-    An option counts as given when it is a field's name (or its dashed twin, ``--dataset-name``) or, as argparse
-    takes abbreviations, the start of one; the exact check is `check_required`, after parsing.
+    An option names a field when it is the field's name (or its dashed twin, ``--dataset-name``) or, as argparse takes
+    abbreviations, the start of one.
 
     Raises:
-        UsageError: naming the missing fields, or a recipe that cannot be read.
+        UsageError: a recipe that cannot be read.
     """
     given: set[str] = set()
     if recipe_path is not None:
@@ -245,7 +243,21 @@ def check_required_named(recipe_path: str | None, args: Sequence[str]) -> None:
     for arg in args:
         name = arg.removeprefix("--").partition("=")[0].replace("-", "_") if arg.startswith("--") else ""
         if name:
-            given.update(field for field in REQUIRED_FIELDS if field.startswith(name))
+            given.update(field for field in fields if field.startswith(name))
+    return given & set(fields)
+
+
+def check_required_named(recipe_path: str | None, args: Sequence[str]) -> None:
+    """Refuse a command line that names no model or no data set, neither in its arguments ``args`` nor in the
+    recipe at ``recipe_path``, before TRL's parser is built (which imports torch, transformers and TRL, and would
+    first refuse TRL's default bf16 on a machine without a GPU). Reads the recipe, sets nothing.
+
+    An option counts as given as `named_fields` says; the exact check is `check_required`, after parsing.
+
+    Raises:
+        UsageError: naming the missing fields, or a recipe that cannot be read.
+    """
+    given = named_fields(recipe_path, args, REQUIRED_FIELDS)
     missing = [f"--{field}" for field in REQUIRED_FIELDS if field not in given]
     if missing:
         raise UsageError(missing_required_message(missing, recipe_path))

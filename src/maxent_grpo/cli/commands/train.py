@@ -61,8 +61,9 @@ def _train_run(argv: Sequence[str]) -> int:
     )
     from maxent_grpo.cli.metrics_file import MetricsFile
     from maxent_grpo.cli.prompt_checks import check_chat_template, check_prompts
-    from maxent_grpo.cli.recipe import parse_train_args
+    from maxent_grpo.cli.recipe import parse_train_args, split_recipe
     from maxent_grpo.cli.run_summary import summary
+    from maxent_grpo.cli.trackio_names import name_trackio_run
     from maxent_grpo.trainer import MaxEntGRPOTrainer
     from maxent_grpo.training.dynamic_sampling import UnknownRewardMetricError
     from maxent_grpo.training.generation.backends.selection import VLLMMissingError
@@ -74,6 +75,7 @@ def _train_run(argv: Sequence[str]) -> int:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     script_args, config, model_args = parse_train_args(argv)
+    name_trackio_run(config, *split_recipe(argv))
     log_file = not sys.stderr.isatty()  # progress as lines, not carriage-return redraws
     if log_file:
         silence_library_progress_bars()
