@@ -34,6 +34,8 @@ WATCHED = (
 )
 #: Shown only when not 0, the prompt groups dropped by the generation step.
 DROPPED = ("generation/dropped_prompts", "dropped prompts")
+#: The share of clipped completions (TRL's ``completions/clipped_ratio``) above which progress warns, once.
+MOSTLY_CLIPPED = 0.5
 #: transformers' ``log_level`` values that keep every logged figure in the progress lines.
 FULL_LOG_LEVELS = ("debug", "info")
 
@@ -59,6 +61,7 @@ class WatchedProgress(TrainerCallback):
         self._bar: tqdm | None = None
         self._start = time.monotonic()
         self._start_step = 0
+        self._warned: set[str] = set()
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -89,6 +92,10 @@ class WatchedProgress(TrainerCallback):
     ) -> None:
         if not state.is_world_process_zero or not logs:
             return
+        for key, warning in signal_warnings(args, logs).items():
+            if key not in self._warned:
+                self._warned.add(key)
+                (self._bar.write if self._bar is not None else print)(f"warning: {warning}", file=sys.stderr)
         shown = {label: logs[key] for key, label in WATCHED if _number(logs.get(key))}
         for key, _ in WATCHED:
             if _number(logs.get(key)):
@@ -122,6 +129,26 @@ class WatchedProgress(TrainerCallback):
         per_step = (time.monotonic() - self._start) / done
         left = per_step * max(state.max_steps - state.global_step, 0)
         return f" | {figure(per_step)} s/step, {format_seconds(left)} left"
+
+
+def signal_warnings(args: TrainingArguments, logs: dict[str, Any]) -> dict[str, str]:
+    """What in one log says that training learns little, by logged key: most completions clipped at
+    ``max_completion_length`` (`MOSTLY_CLIPPED`), or no group whose rewards differ (``frac_reward_zero_std`` 1), each
+    with the field to change."""
+    warnings = {}
+    clipped = logs.get("completions/clipped_ratio")
+    if _number(clipped) and clipped > MOSTLY_CLIPPED:
+        warnings["completions/clipped_ratio"] = (
+            f"{100 * clipped:.0f}% of the completions stopped at max_completion_length ({args.max_completion_length}) "
+            "before they ended:\n  raise --max_completion_length"
+        )
+    if _number(flat := logs.get("frac_reward_zero_std")) and flat >= 1.0:
+        warnings["frac_reward_zero_std"] = (
+            f"every group of num_generations ({args.num_generations}) completions got equal rewards "
+            "(frac_reward_zero_std 1),\n  so there is no learning signal: raise --num_generations or --temperature, "
+            "or use a reward that tells them apart"
+        )
+    return warnings
 
 
 def opening_lines(output_dir: str) -> list[str]:

@@ -115,6 +115,26 @@ def test_no_line_of_the_opening_or_the_summary_is_over_120_characters_but_for_it
         assert len(line.replace(output_dir, "").replace(project, "")) <= 120, line
 
 
+def test_progress_warns_once_when_most_completions_are_clipped_or_no_group_carries_signal(capsys):
+    args = SimpleNamespace(output_dir="outputs/run", max_completion_length=1, num_generations=4)
+    progress, state = WatchedProgress(lines=True), TrainerState(max_steps=10, is_world_process_zero=True)
+    quiet = {"completions/clipped_ratio": 0.5, "frac_reward_zero_std": 0.75}
+    for step, logs in enumerate(
+        [quiet, {"completions/clipped_ratio": 0.75, "frac_reward_zero_std": 1.0}, {"completions/clipped_ratio": 0.875}]
+    ):
+        state.global_step = step
+        progress.on_log(args, state, TrainerControl(), logs={"reward": 0.0, **logs})
+    warnings = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("step ")]
+    assert warnings == [
+        "warning: 75% of the completions stopped at max_completion_length (1) before they ended:",
+        "  raise --max_completion_length",
+        "warning: every group of num_generations (4) completions got equal rewards (frac_reward_zero_std 1),",
+        "  so there is no learning signal: raise --num_generations or --temperature, or use a reward that tells them "
+        "apart",
+    ]  # once each, each line under 120 characters
+    assert all(len(line) <= 120 for line in warnings)
+
+
 def test_only_the_main_process_shows_progress(capsys):
     progress = WatchedProgress(lines=True)
     _log(progress, TrainerState(max_steps=10, is_world_process_zero=False), 5, reward=0.5)
