@@ -45,7 +45,11 @@ from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, sel
 from maxent_grpo.training.listwise_rollout import rollout_batch
 from maxent_grpo.training.optimizer_window import WindowPlan, WindowPlanner, step_engine_owned_scheduler
 from maxent_grpo.training.reference_model import built_in_process, reference_from_policy
-from maxent_grpo.training.reward_masking import silence_unscorable_warning, unscore_dropped_rows
+from maxent_grpo.training.reward_masking import (
+    silence_unscorable_warning,
+    unscore_dropped_rows,
+    warn_unscorable_rows,
+)
 from maxent_grpo.training.reward_scoring.trainer_hooks import recount_kept_tokens, settle_batch, wrap_reward_functions
 from maxent_grpo.training.tied_embeddings import check_tied_output_layer
 
@@ -237,9 +241,12 @@ class MaxEntGRPOTrainer(GRPOTrainer):
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         rewards_per_func = batch.rewards_per_func  # not None: dynamic sampling already scored the final rows
         if rewards_per_func is None:
-            with silence_unscorable_warning():  # unscorable kept rows are counted by `unscore_dropped_rows`
+            with silence_unscorable_warning():  # TRL's warning comes for kept rows only, from `warn_unscorable_rows`
                 rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._batch = batch = settle_batch(self, self._reward_ledger, batch, rewards_per_func)
+        warn_unscorable_rows(
+            rewards_per_func, batch.global_keep, inputs, prompts, completions, self.accelerator.process_index
+        )
         unscore_dropped_rows(rewards_per_func, batch.global_keep)
         return rewards_per_func
 

@@ -86,3 +86,16 @@ def test_rewards_that_keep_the_contract_train_under_trls_names(tmp_path):
     assert len(logged) == 2, trainer.state.log_history
     for entry in logged:
         assert entry["rewards/async_length_reward/mean"] == -entry["rewards/length_reward/mean"]
+
+
+def always_none_reward(completions, **kwargs):
+    return [None] * len(completions)
+
+
+def test_all_none_rewards_warn_in_trls_words(tmp_path, caplog):
+    # As TRL's own test_warning_raised_all_rewards_none, which a drop-in subclass passes.
+    trainer = _trainer(tmp_path, always_none_reward, max_steps=1)
+    with caplog.at_level("WARNING", logger="trl.trainer.grpo_trainer"):
+        trainer.train()
+    assert "All reward functions returned None for the following kwargs:" in caplog.text
+    assert "kept completions scored None from every reward function" in caplog.text  # what the package adds

@@ -121,10 +121,11 @@ def mask_dropped_rows(reward_func: Callable, keep: KeepProvider) -> Callable:
 
 
 class _UnscorableRowFilter(logging.Filter):
-    """Drops TRL's "All reward functions returned None" warning, which dropped rows would trigger every batch."""
+    """Drops TRL's "All reward functions returned None" warning, which dropped rows would trigger every batch
+    (`warn_unscorable_rows` gives it for kept rows)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "All reward functions returned None" not in record.getMessage()
+        return TRL_UNSCORABLE_WARNING not in record.getMessage()
 
 
 @contextlib.contextmanager
@@ -139,15 +140,53 @@ def silence_unscorable_warning() -> Iterator[None]:
         trl_logger.removeFilter(row_filter)
 
 
+#: The start of TRL's own warning for a completion that every reward function scored None, which the package keeps.
+TRL_UNSCORABLE_WARNING = "All reward functions returned None for the following kwargs:"
+#: The columns of a row that TRL does not pass to reward functions as keyword arguments of their own.
+_NOT_REWARD_KWARGS = ("prompt", "completion", "completion_ids")
+
+
+def warn_unscorable_rows(
+    rewards_per_func: torch.Tensor,
+    keep: torch.Tensor,
+    inputs: Sequence[dict[str, Any]],
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    process_index: int,
+) -> None:
+    """TRL's warning for the first of this process's kept rows that every reward function scored None (NaN), with
+    TRL's words and its reward arguments, and what the package adds: how many such rows, and that dropped rows (which
+    score None by design, silenced while scoring by `silence_unscorable_warning`) are not among them.
+
+    Args:
+        rewards_per_func: the rewards of every process's rows, ``[N, num_funcs]``, as TRL gathers them.
+        keep: every process's rows that the generation step kept, ``[N]``.
+        inputs: this process's rows (TRL's reward arguments are their columns but the prompt and the completion).
+        prompts: this process's prompts.
+        completions: this process's completions.
+        process_index: this process's place in the gathered rows (its rows follow those of the processes before it).
+    """
+    local = slice(process_index * len(prompts), (process_index + 1) * len(prompts))
+    unscorable = torch.isnan(rewards_per_func[local]).all(dim=1) & keep[local].to(rewards_per_func.device)
+    if not bool(unscorable.any()):
+        return
+    row = int(unscorable.nonzero()[0, 0])
+    row_kwargs = {
+        key: value for key, value in inputs[row].items() if key not in ("prompt", "completion", "completion_ids")
+    }
+    row_kwargs["prompt"], row_kwargs["completion"] = prompts[row], completions[row]
+    logger.warning(
+        "%s\n%s\nPlease ensure that at least one reward function returns a valid reward. (%d of this process's %d "
+        "kept completions scored None from every reward function; they are treated as unscorable: no part in their "
+        "group's baseline, advantage 0. Rows the generation step dropped score None by design and are not counted.)",
+        TRL_UNSCORABLE_WARNING,
+        row_kwargs,
+        int(unscorable.sum()),
+        int(keep[local].sum()),
+    )
+
+
 def unscore_dropped_rows(rewards_per_func: torch.Tensor, keep: torch.Tensor) -> None:
     """Set the rewards of dropped rows (``keep`` False, [N]) to NaN in place: reward models (``nn.Module``) score
-    every row, and a dropped row is not data whatever they returned. A warning counts the kept rows that every reward
-    function left unscored (None)."""
-    keep = keep.to(rewards_per_func.device)
-    unscorable_kept = torch.isnan(rewards_per_func).all(dim=1) & keep
-    if bool(unscorable_kept.any()):
-        logger.warning(
-            "Every reward function returned None for %d kept completions; they are treated as unscorable.",
-            int(unscorable_kept.sum()),
-        )
-    rewards_per_func[~keep] = torch.nan
+    every row, and a dropped row is not data whatever they returned."""
+    rewards_per_func[~keep.to(rewards_per_func.device)] = torch.nan

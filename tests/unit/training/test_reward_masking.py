@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
+import torch
 from trl.trainer.utils import is_async_callable
 
-from maxent_grpo.training.reward_masking import mask_dropped_rows
+from maxent_grpo.training.reward_masking import TRL_UNSCORABLE_WARNING, mask_dropped_rows, warn_unscorable_rows
 
 
 def test_only_kept_rows_reach_the_function_and_results_scatter_back():
@@ -57,3 +59,20 @@ def test_async_reward_functions_stay_async():
     assert is_async_callable(wrapped)
     out = asyncio.run(wrapped(prompts=["a", "b"], completions=["x", "y"], completion_ids=[[1], [2]]))
     assert out == [None, 1.0]
+
+
+def test_kept_rows_that_every_function_scored_none_get_trls_warning_and_dropped_rows_do_not(caplog):
+    nan = float("nan")
+    # Two processes of 2 rows each; this is process 1: its rows are 2 (kept, unscored) and 3 (dropped, unscored).
+    rewards = torch.tensor([[nan], [1.0], [nan], [nan]])
+    keep = torch.tensor([True, True, True, False])
+    inputs = [{"prompt": "p2", "answer": "A"}, {"prompt": "p3", "answer": "B"}]
+    with caplog.at_level(logging.WARNING):
+        warn_unscorable_rows(rewards, keep, inputs, ["p2", "p3"], ["c2", "c3"], process_index=1)
+    assert TRL_UNSCORABLE_WARNING == "All reward functions returned None for the following kwargs:"  # TRL's words
+    assert f"{TRL_UNSCORABLE_WARNING}\n{{'answer': 'A', 'prompt': 'p2', 'completion': 'c2'}}\n" in caplog.text
+    assert "(1 of this process's 1 kept completions scored None from every reward function;" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # only the dropped row is unscored: no warning
+        warn_unscorable_rows(rewards[[1, 3]], keep[[1, 3]], inputs, ["p2", "p3"], ["c2", "c3"], process_index=0)
+    assert caplog.text == ""
