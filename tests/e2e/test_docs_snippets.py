@@ -65,6 +65,14 @@ def test_own_reward_function_of_the_docs_trains(tmp_path):
     assert isinstance(logs[0]["rewards/contains_digit/mean"], float), logs  # every logged figure is in the file
 
 
+def test_the_reward_example_of_the_docs_takes_plain_and_chat_completions():
+    namespace: dict = {}
+    exec(snippet(DOCS / "guide" / "command-line.md", "my-rewards"), namespace)
+    chat = [[{"role": "assistant", "content": "4 apples"}], [{"role": "assistant", "content": "none"}]]
+    assert namespace["contains_digit"](completions=["4 apples", "none"]) == [1.0, 0.0]
+    assert namespace["contains_digit"](completions=chat) == [1.0, 0.0]
+
+
 @pytest.mark.slow
 def test_reward_timeout_command_of_the_docs_trains(tmp_path):
     (tmp_path / "my_rewards.py").write_text(

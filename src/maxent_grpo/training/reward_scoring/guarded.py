@@ -67,13 +67,25 @@ class _Gate:
         return write
 
 
+#: Added to the error of a reward function that fails on message lists (chat prompts) as if they were strings.
+CHAT_COMPLETIONS_HINT = (
+    "with chat prompts each completion is a list of messages ([{'role': 'assistant', 'content': ...}]), not a "
+    "string: take its text with maxent_grpo.rewards.completion_text(completion), which takes both"
+)
+
+
+def _is_chat(completions: Sequence[Any]) -> bool:
+    return any(isinstance(completion, list) for completion in completions)
+
+
 class _Attempts:
     """The bookkeeping of one call's attempts, shared by the sync and the async wrapper."""
 
-    def __init__(self, name: str, policy: CallPolicy, rows: list[bool]) -> None:
+    def __init__(self, name: str, policy: CallPolicy, rows: list[bool], chat: bool) -> None:
         self.name = name
         self.policy = policy
         self.report = CallReport(rows)
+        self.chat = chat  # the completions are message lists
 
     def __iter__(self) -> Iterator[int]:
         for attempt in range(self.policy.retries + 1):
@@ -86,7 +98,9 @@ class _Attempts:
         if isinstance(error, RewardContractError):
             raise error
         if not is_transient(error):
-            raise RewardFunctionError(f"reward function {self.name} raised {one_line(error)}") from error
+            # A string method on a message dict (AttributeError), a string operation on a list (TypeError).
+            hint = f" ({CHAT_COMPLETIONS_HINT})" if self.chat and isinstance(error, AttributeError | TypeError) else ""
+            raise RewardFunctionError(f"reward function {self.name} raised {one_line(error)}{hint}") from error
         self.report.errors.append(error)
         self.report.timed_out += is_timeout(error)
         return backoff(attempt) if attempt < self.policy.retries else None
@@ -124,7 +138,7 @@ def guarded(
             if not trl_call(args, kwargs):
                 return await func(*args, **kwargs)
             num_rows = len(kwargs["completions"])
-            attempts = _Attempts(name, policy, list(rows(num_rows)))
+            attempts = _Attempts(name, policy, list(rows(num_rows)), _is_chat(kwargs["completions"]))
             for attempt in attempts:
                 gate = _Gate()
                 try:
@@ -150,7 +164,7 @@ def guarded(
         if not trl_call(args, kwargs):
             return func(*args, **kwargs)
         num_rows = len(kwargs["completions"])
-        attempts = _Attempts(name, policy, list(rows(num_rows)))
+        attempts = _Attempts(name, policy, list(rows(num_rows)), _is_chat(kwargs["completions"]))
         for attempt in attempts:
             gate = _Gate()
             try:

@@ -74,6 +74,22 @@ def test_any_other_error_stops_at_once_with_one_line_naming_the_function(error):
     assert "\n" not in str(raised.value) and raised.value.__cause__ is error
 
 
+def contains_digit(completions, **kwargs):  # the string-only reward of an earlier version of the guide
+    return [float(any(char.isdigit() for char in text)) for text in completions]
+
+
+def test_a_string_reward_failing_on_chat_completions_is_told_they_are_message_lists():
+    wrapped, _ = _guard(contains_digit)
+    chat = [[{"role": "assistant", "content": "4"}], [{"role": "assistant", "content": "x"}]]
+    with pytest.raises(RewardFunctionError) as raised:
+        wrapped(**{**ROWS, "completions": chat})
+    assert str(raised.value) == (
+        "reward function judge raised AttributeError: 'dict' object has no attribute 'isdigit' (with chat prompts "
+        "each completion is a list of messages ([{'role': 'assistant', 'content': ...}]), not a string: take its "
+        "text with maxent_grpo.rewards.completion_text(completion), which takes both)"
+    )
+
+
 def test_a_contract_error_is_raised_as_it_is():
     wrapped, _ = _guard(checked(lambda completions, **kwargs: [1.0], "judge"))
     with pytest.raises(RewardContractError):
