@@ -7,7 +7,7 @@ fields name the weight transfer the server can take, as the server was started:
 - ``weight_transfer_config``: ``{"backend": "nccl"}`` for ``--weight-transfer-config '{"backend": "nccl"}'``
   (``--weight-transfer nccl``; TRL's NCCL push), else null;
 - ``parallel_config.worker_extension_cls``: this package's reload extension
-  (``maxent_grpo.serving.reload_extension.DiskReloadExtension``, or its former path) for ``--worker-extension-cls``
+  (``maxent_grpo.serving.reload_extension.DiskReloadExtension``) for ``--worker-extension-cls``
   (``--weight-transfer disk``; the disk reload), else ``""``. An extension of another name
   is taken for a subclass of it (a server's own additions to the reload): whether it reloads is known at the first
   push, which stops the run if it does not.

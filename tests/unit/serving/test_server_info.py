@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 from maxent_grpo.serving.reload_extension import EXTENSION_QUALNAME
 from maxent_grpo.serving.server_info import served_transports
-
-FORMER_PATH = "maxent_grpo.training.generation.backends.server_reload_extension.DiskReloadExtension"
 
 
 def _config(weight_transfer_config=None, worker_extension_cls=""):
@@ -27,20 +23,11 @@ def _config(weight_transfer_config=None, worker_extension_cls=""):
         (_config(), set()),
         (_config({"backend": "nccl"}), {"nccl"}),
         (_config(worker_extension_cls=EXTENSION_QUALNAME), {"disk"}),
-        (_config(worker_extension_cls=FORMER_PATH), {"disk"}),  # the extension's former path
         (_config({"backend": "nccl"}, EXTENSION_QUALNAME), {"disk", "nccl"}),
         (_config(worker_extension_cls="my_package.MyReloadExtension"), {"disk"}),  # taken for a subclass
         ({"parallel_config": None}, set()),
     ],
-    ids=["neither", "nccl", "disk", "disk-former-path", "both", "an-extension-of-another-name", "fields-absent"],
+    ids=["neither", "nccl", "disk", "both", "an-extension-of-another-name", "fields-absent"],
 )
 def test_the_transfers_a_server_serves_come_from_its_weight_transfer_config_and_worker_extension(config, served):
     assert served_transports(config) == served
-
-
-def test_the_extension_and_its_former_path_name_one_class():
-    classes = set()
-    for qualname in (EXTENSION_QUALNAME, FORMER_PATH):
-        module, _, name = qualname.rpartition(".")
-        classes.add(getattr(importlib.import_module(module), name))
-    assert len(classes) == 1 and next(iter(classes)).__name__ == "DiskReloadExtension"
