@@ -119,7 +119,7 @@ def test_training_stays_on_policy_after_every_sync_and_logs_mode_coverage(traine
     assert len(logs) == STEPS, logs
     differences = [log["sampling/sampling_logp_difference/max"] for log in logs]
     print(f"colocate, real model: sampling_logp_difference max per step {differences}")
-    print(f"reward {[log['reward'] for log in logs]}, mode coverage {[log.get('maxent/mode_coverage') for log in logs]}")
+    coverage = [log["maxent/mode_coverage"] for log in logs]
+    print(f"reward {[log['reward'] for log in logs]}, mode coverage {coverage}")
     assert all(difference < 1e-3 for difference in differences), differences
     assert all(log["generation/dropped_prompts"] == 0 for log in logs)
-    assert all("maxent/mode_coverage" in log for log in logs)

@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--recipe",
         choices=sorted(RECIPES),
         default="tiny",
-        help="tiny: the TRL PR benchmark's shape on the offline tiny model (CPU); "
+        help="tiny: the TRL PR benchmark's shape on the offline tiny model (CPU); smollm2: that shape on the real "
+        "SmolLM2-135M-Instruct with vLLM colocate (CPU, vllm and the smollm2 extra); "
         "tldr: the PR benchmark itself, Qwen3-0.6B-Base on trl-lib/tldr with vLLM colocate (GPU, hub access) "
         "(default: %(default)s)",
     )

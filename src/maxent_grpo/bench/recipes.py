@@ -2,8 +2,10 @@
 
 ``tiny`` is the TRL pull-request benchmark's shape (4 rows per device, 8 accumulation steps, groups of 4, a generation
 every 4 micro-batches, the unique-characters reward) scaled to the in-process tiny model and bundled prompts, so it
-runs offline on a CPU. ``tldr`` is that benchmark itself (Qwen3-0.6B-Base on trl-lib/tldr with vLLM colocate) for a
-GPU machine with hub access.
+runs offline on a CPU. ``smollm2`` is the same shape on a real pretrained LLM, SmolLM2-135M-Instruct (built once from
+a package-index wheel, `maxent_grpo.smollm2`), generating with vLLM colocate as the pull request did, scaled to two
+CPU cores (16 rows per optimizer step, one generation per step). ``tldr`` is that benchmark itself (Qwen3-0.6B-Base
+on trl-lib/tldr with vLLM colocate) for a GPU machine with hub access.
 """
 
 from __future__ import annotations
@@ -124,6 +126,27 @@ RECIPES: dict[str, Recipe] = {
         num_prompts=320,  # 8 prompts per optimizer step x 40 steps: one epoch
         tiny_model={"hidden_size": 64, "num_layers": 2},
         torch_num_threads=1,
+    ),
+    "smollm2": Recipe(
+        name="smollm2",
+        model=SMOLLM2,
+        dataset=BUNDLED_PROMPTS,
+        reward="unique_chars",
+        training={
+            **PR_BENCHMARK_SHAPE,
+            "gradient_accumulation_steps": 4,  # 16 rows per optimizer step: one generation of 4 groups of 4
+            "max_completion_length": 32,
+            "max_steps": 8,
+            "learning_rate": 1e-5,
+            "use_vllm": True,
+            "vllm_mode": "colocate",
+            "vllm_gpu_memory_utilization": 0.3,
+            "vllm_max_model_length": 256,
+            "use_cpu": True,  # bf16 then defaults off: the trainer scores in the engine's float32
+            "dataloader_num_workers": 0,
+        },
+        num_prompts=32,  # 4 prompts per optimizer step x 8 steps: one epoch
+        torch_num_threads=2,
     ),
     "tldr": Recipe(
         name="tldr",
