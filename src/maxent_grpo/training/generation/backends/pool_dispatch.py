@@ -1,19 +1,21 @@
 """One `VLLMServerPool` call: each server's share sent at once, hedged when a server lags, each group from one answer.
 
 `PoolCall.run` sends every called server its share (`split_by_rate`) on the pool's threads and takes the answers as
-they come. Once a server that had a share has answered in full, the servers still out are *hedged*: when the call has
-lasted `HEDGE_AFTER` times as long as the slowest full answer so far (at least `HEDGE_MIN_SECONDS`), or the step's
-deadline is nearer than twice that, each lagging server's groups are sent again, whole, to one server that answered
-(the fastest idle one). Whichever of the two answers first is taken for all of those groups, and the other is cut off
-(`VLLMServerBackend.abandon`): completions from both never meet in one group, and each server draws its own request
-seeds, so a hedge never repeats the completions of the request it stands in for. A lagging server that loses its hedge
-is marked down as hung, its call left to end in the background (`VLLMServerPool`'s busy servers): whatever it
-answers late is discarded, never counted.
+they come. The servers still out are *hedged* when the call has lasted `HEDGE_AFTER` times as long as it should (at
+least `HEDGE_MIN_SECONDS`), or the step's deadline is nearer than twice that: each lagging server's groups are sent
+again, whole, to one server that is free (the fastest of those that answered, or were up and given nothing in this
+call). How long the call should last is the slowest full answer so far; before any (a process whose only share went to
+the lagging server), what the lagging shares take at their servers' measured rates. Whichever of the two answers first
+is taken for all of those groups, and the other is cut off (`VLLMServerBackend.abandon`): completions from both never
+meet in one group, and each server draws its own request seeds, so a hedge never repeats the completions of the
+request it stands in for. A lagging server that loses its hedge is marked down as hung, its call left to end in the
+background (`VLLMServerPool`'s busy servers): whatever it answers late is discarded, never counted.
 
-What each server's call tells the pool (`VLLMServerPool._judge`): a request given up on its own ``request_timeout``,
-or a share still out at the step's deadline while other servers answered, is a hang; any other infrastructure
-failure a failure; a configuration error naming the model (404) while the server now serves another model, a wrong
-model. Each marks the server down for that reason.
+What each server's call tells the pool (`VLLMServerPool.judge`): a request given up on its own ``request_timeout``, a
+wait for the weight version another process pushes that ran out its bound (`weights.server_sync`), or a share still
+out at the step's deadline while other servers answered, is a hang; any other infrastructure failure a failure; a
+configuration error naming the model (404) while the server now serves another model, a wrong model. Each marks the
+server down for that reason, from the next call on every training process (`pool_members.agree`).
 """
 
 from __future__ import annotations
@@ -101,10 +103,13 @@ class PoolCall:
         self.hedged: dict[int, Future[Outcome]] = {}  # lagging server -> its hedge
         self.lost: list[Future[Outcome]] = []  # hedges cut off because the server they stood in for answered first
         self.out_of_time: list[int] = []
+        self.hedged_because = ""  # why the last hedge was sent, for the line that marks its laggard down
 
-    def run(self, called: list[int]) -> None:
-        """Send each of ``called`` its share, hedge the laggards, and fill ``groups``; raise what a server raised
-        that is no failure of its own (the others cut off first)."""
+    def run(self, called: list[int], spare: Sequence[int] = ()) -> None:
+        """Send each of ``called`` its share, hedge the laggards (on a server that answered, or one of ``spare``: up
+        and not called), and fill ``groups``; raise what a server raised that is no failure of its own (the others cut
+        off first)."""
+        self.idle.extend(spare)
         for k in called:
             self._send(_Send(k, self.shares.get(k, []), None))
         try:
@@ -167,12 +172,11 @@ class PoolCall:
             if lagging is not None:
                 self.running.pop(lagging)
                 self.pool.members[owner].at_most(sum(self.counts[i] for i in send.indices), outcome.seconds)
-                slowest = max((self.answered or self.finished).values())
                 self.pool.abandoned(
                     owner,
                     lagging,
-                    f"its share was not answered in {outcome.seconds:.1f} s, while the others answered theirs in "
-                    f"{slowest:.1f} s: server {k} answered it in its place",
+                    f"its share was not answered in {outcome.seconds:.1f} s, {self.hedged_because}: server {k} "
+                    "answered it in its place",
                 )
         complete = self.pool.judge(k, outcome)
         if complete is None:
@@ -187,21 +191,40 @@ class PoolCall:
             self.finished[k] = outcome.seconds
             if send.indices and send.stands_in_for is None:
                 self.answered[k] = outcome.seconds
-                self.pool.members[k].measured(sum(len(group) for group in outcome.groups), outcome.seconds)
+                self.pool.answered(k, sum(len(group) for group in outcome.groups), outcome.seconds)
+
+    def _reference(self) -> tuple[float, str] | None:
+        """Seconds the call should last, and why: the slowest full answer so far (else, with no prompt asked, the
+        slowest push done); before any, the longest the lagging shares take at their servers' measured rates (a
+        server not measured yet as fast as the others on average). None when nothing is known yet."""
+        reference = self.answered or self.finished
+        if reference:
+            return max(reference.values()), "while the others answered theirs in"
+        rates = [member.rate for member in self.pool.members if member.rate]
+        if not rates:
+            return None
+        average = sum(rates) / len(rates)
+        expected = [
+            sum(self.counts[i] for i in send.indices) / (self.pool.members[send.server].rate or average)
+            for _, send in self._laggards()
+            if send.indices  # a push alone has no rate to take its time from
+        ]
+        return (max(expected), "while its measured rate says it takes") if expected else None
 
     def _hedge_at(self) -> float | None:
-        """When the laggards are hedged (a `time.monotonic` instant), or None while no share has been answered."""
-        reference = self.answered or self.finished  # shares answered; else (no prompt asked) pushes done
-        if not reference:
+        """When the laggards are hedged (a `time.monotonic` instant), or None while nothing tells how long the call
+        should last (`_reference`)."""
+        reference = self._reference()
+        if reference is None:
             return None
-        slowest = max(reference.values())
-        at = self.start + max(HEDGE_AFTER * slowest, HEDGE_MIN_SECONDS)
+        seconds = reference[0]
+        at = self.start + max(HEDGE_AFTER * seconds, HEDGE_MIN_SECONDS)
         deadline = self.pool.deadline
-        return at if deadline is None else min(at, deadline - 2 * slowest)
+        return at if deadline is None else min(at, deadline - 2 * seconds)
 
     def _until_hedge(self) -> float | None:
-        """Seconds until a hedge is due, or None while none can be sent (no share answered, no laggard, or no server
-        free to stand in for one)."""
+        """Seconds until a hedge is due, or None while none can be sent (nothing tells how long the call should last,
+        no laggard, or no server free to stand in for one)."""
         at = self._hedge_at()
         due = any(not send.indices or any(j != send.server for j in self.idle) for _, send in self._laggards())
         if at is None or not due:
@@ -217,10 +240,10 @@ class PoolCall:
         ]
 
     def _hedge(self) -> None:
-        at = self._hedge_at()
-        if at is None or time.monotonic() < at:
+        at, reference = self._hedge_at(), self._reference()
+        if at is None or reference is None or time.monotonic() < at:
             return
-        slowest = max((self.answered or self.finished).values())
+        self.hedged_because = f"{reference[1]} {reference[0]:.1f} s"
         for future, send in self._laggards():
             k = send.server
             if not send.indices:  # only loading the weights, for longer than the others took to load and generate
@@ -229,7 +252,7 @@ class PoolCall:
                     k,
                     future,
                     f"its weight push was not done in {time.monotonic() - self.start:.1f} s, while the others had "
-                    f"theirs done and answered in {slowest:.1f} s",
+                    f"theirs done and answered in {reference[0]:.1f} s",
                 )
                 continue
             free = [j for j in self.idle if j != k]

@@ -13,13 +13,14 @@ disk transport). What the pool adds:
   5 s, or the step's deadline near) has its groups sent again to one that answered; the first answer is taken, the
   other cut off (`pool_dispatch`).
 - **Down, and back.** A server is marked down, logged once per reason and counted, when it *fails* (refused
-  connection, 5xx, not serving the trainer's weight version in time), *hangs* (a request or weight push ran out its
-  ``request_timeout``, its share was still out at the step's deadline while the others answered, or it lost its
-  hedge) or serves *another model* (it restarted with one). A server that hangs is usually up in every other sense:
-  its ``GET /health`` answers. So a down server gets work again only once it answers a *canary*, a one-token
-  completion (`CANARY_TIMEOUT_SECONDS`), sent between two calls, one call after it went down and then after 2, 4,
-  ... calls while it fails them (`pool_members.Member`): a server that keeps hanging costs a bounded, shrinking
-  share. What a down server lost in its call is retried by the trainer's retry rounds on the others.
+  connection, 5xx), *hangs* (a request or weight push ran out its ``request_timeout``, it did not come to serve the
+  trainer's weight version in as long as the pusher's tries could take, its share was still out at the step's
+  deadline while the others answered, or it lost its hedge) or serves *another model* (it restarted with one). A
+  server that hangs is usually up in every other sense: its ``GET /health`` answers. So a down server gets work again
+  only once it answers a *canary*, a one-token completion (`CANARY_TIMEOUT_SECONDS`), sent between two calls, one
+  call after it went down and then after 2, 4, ... calls while it fails them (`pool_members.Member`): a server that
+  keeps hanging costs a bounded, shrinking share. What a down server lost in its call is retried by the trainer's
+  retry rounds on the others.
 - **Weights.** `sync_weights` writes each version once; every server is then checked to serve it before it generates
   (`weights.server_sync`), so a server that restarted gets it again (a resync) before it is given work, while the
   others keep generating. A push is bounded by the step's deadline too.
@@ -33,10 +34,16 @@ Until a first server has come up, a call waits for one (`HealthWait` over all of
 and raises `~maxent_grpo.training.generation.server_client.transport.VLLMServerUnavailableError` when none has, which
 stops training as with one server. Once one has been up, a call that finds none up sends nothing: its groups are
 retried or dropped, and the trainer stops after ``generation_max_consecutive_empty_batches`` empty batches, as with one
-server that died. Every process makes the same backend calls (I7); each judges for itself which servers are up (hedges
-and canaries are each process's own business: they add no collective), and the process that pushes the weights (rank 0)
-loads them, in every call, into every server it finds up, with or without prompts for it, so that another process that
-sends prompts to a server finds it serving the new version. Every process must be given the same list of servers.
+server that died. Every process makes the same backend calls (I7), and the pools of a trainer's processes hold one
+verdict on each server: at the start of each call they gather what each saw since the call before, on a process group
+of their own (`pool_members.agree`), so a server that hung, failed or serves another model for one process is down for
+all of them from that call, and comes back on all of them at once (a hung one only once the pushing process's canary
+was answered). Hedges are each process's own: a process whose only share went to a lagging server hedges it on a
+server it gave nothing, once the call has lasted 3 times what that share takes at the server's measured rate, and
+at least 5 s. The process that pushes the weights (rank 0) loads them, in every call, into every server that is up,
+with or without prompts for it, so that another process that sends prompts to a server finds it serving the new
+version; one waiting for that version longer than the pusher's tries could take marks the server hung. Every process
+must be given the same list of servers.
 
 Unlike vLLM's own data parallelism (one server process, several engines behind one address), the servers of a pool
 are independent processes, on one machine or several: one that dies, hangs, slows down or restarts costs its share
@@ -61,7 +68,7 @@ import torch
 from maxent_grpo.serving import routes
 from maxent_grpo.serving.key_guard import authorization_headers
 from maxent_grpo.training.generation.backends.pool_dispatch import Outcome, PoolCall, WrongModel
-from maxent_grpo.training.generation.backends.pool_members import Member, split_by_rate
+from maxent_grpo.training.generation.backends.pool_members import Agreement, Member, Report, agree, split_by_rate
 from maxent_grpo.training.generation.backends.request_seeds import request_seed
 from maxent_grpo.training.generation.backends.vllm_server import (
     CANARY_TIMEOUT_SECONDS,
@@ -84,6 +91,20 @@ logger = logging.getLogger(__name__)
 PROBE_TIMEOUT_SECONDS = 2.0
 #: The per-server counters in ``VLLMServerPool.stats``, each under ``servers/<k>/<name>``.
 SERVER_STAT_NAMES = ("requests", "failures", "completions", "resyncs", "hangs", "hedged")
+
+
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def _verdict_group() -> Any:
+    """The process group the pools of a trainer's processes agree on their verdicts in (`VLLMServerPool._agree`), or
+    None with one process. One of their own (gloo, for small Python objects): the gather must never meet the
+    trainer's collectives, and a call made ahead (``async_generation``) runs on a thread of its own. Every process
+    builds its pool at the same point, so every process makes this group."""
+    if not _distributed() or torch.distributed.get_world_size() == 1:
+        return None
+    return torch.distributed.new_group(backend="gloo")
 
 
 def _member_sampling(sampling: SamplingSettings, k: int) -> SamplingSettings:
@@ -147,6 +168,9 @@ class VLLMServerPool:
         self._hangs = [0] * len(self.servers)
         self._hedged = [0] * len(self.servers)
         self._told: dict[int, str] = {}  # server -> the reason it is down that was logged
+        self._report = Report()  # what this process saw since the call before, for the agreement
+        self._group = _verdict_group()
+        self._rank = torch.distributed.get_rank() if self._group is not None else 0
         self._model: str | None = None  # the model the pool generates with: the first server's that came up
         self._busy: dict[int, Future[Any]] = {}  # servers whose abandoned call still ends in the background
         self._canaries: dict[int, tuple[Future[str | None], float]] = {}  # server -> its canary, when sent
@@ -185,10 +209,12 @@ class VLLMServerPool:
             for k, member in enumerate(self.members)
             if member.reason == "failed" and member.canary_due(self._calls - 1)
         ]
-        self._admit(self._probe(fresh + failed))  # one not answering yet is asked again next call (a refused probe)
+        # One not answering yet is asked again next call (a refused probe).
+        self._report.healthy |= self._healthy(self._probe(fresh + failed))
+        if not self._report.healthy and not self._ever_up and not any(member.up for member in self.members):
+            self._wait_for_first()
+        self._apply(self._agree())
         up = [k for k, member in enumerate(self.members) if member.up and k not in self._busy]
-        if not up and not self._ever_up:
-            up = self._wait_for_first()
         asked = [i for i, count in enumerate(counts) if count > 0]
         if not up and asked:
             logger.warning("no vLLM server of the pool answers: %d prompt(s) not sent", len(asked))
@@ -207,7 +233,7 @@ class VLLMServerPool:
         # itself which servers are up, and one that sends prompts to a server waits for it to serve the version.
         called = up if self._pusher() else [k for k in up if shares[k]]
         if called:
-            PoolCall(self, shares, prompts, counts, groups).run(called)
+            PoolCall(self, shares, prompts, counts, groups).run(called, spare=[k for k in up if k not in called])
         self._start_canaries()
         return groups
 
@@ -294,8 +320,7 @@ class VLLMServerPool:
     # ------------------------------------------------------------------------------------------------ internals
 
     def _pusher(self) -> bool:
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        return not distributed or torch.distributed.get_rank() == 0
+        return not _distributed() or torch.distributed.get_rank() == 0
 
     def member_generate(self, k: int, prompts: list[Any], counts: list[int]) -> list[list[Completion]]:
         """Server ``k``'s ``generate`` (on a pool thread); raises `WrongModel` when it serves another model than the
@@ -310,6 +335,11 @@ class VLLMServerPool:
             if served is not None and self._model is not None and self._model not in served:
                 raise WrongModel(served) from exc
             raise
+
+    def answered(self, k: int, completions: int, seconds: float) -> None:
+        """Server ``k`` answered its share of this call in full: ``completions`` completions in ``seconds``."""
+        self.members[k].measured(completions, seconds)
+        self._report.answered.add(k)
 
     def judge(self, k: int, outcome: Outcome) -> bool | None:
         """What server ``k``'s call says of it (`pool_dispatch`): True when it answered in full, False when it was
@@ -355,7 +385,7 @@ class VLLMServerPool:
         )
 
     def _settle_background(self) -> None:
-        """At a call's start: forget the abandoned calls that have ended, and act on the canaries that have."""
+        """At a call's start: forget the abandoned calls that have ended, and report the canaries that have."""
         for k, call in list(self._busy.items()):
             if call.done():
                 del self._busy[k]
@@ -364,30 +394,63 @@ class VLLMServerPool:
             if not canary.done() and not overdue:
                 continue
             del self._canaries[k]
-            member = self.members[k]
             try:
-                cause = canary.result() if canary.done() else "no answer"
+                self._report.canaries[k] = canary.result() if canary.done() else "no answer"
             except ServedModelChanged as exc:
                 self.wrong_model(k, exc.served)
-                cause = str(exc)
+                self._report.canaries[k] = str(exc)
+
+    def _agree(self) -> Agreement:
+        """The verdicts of every process's report since the call before (this one's included): a gather on the pool's
+        own process group, which every process's pool makes at the start of every call (I7)."""
+        report, self._report = self._report, Report()
+        if self._group is None:
+            return agree([report])
+        reports: list[Any] = [None] * torch.distributed.get_world_size(self._group)
+        torch.distributed.all_gather_object(reports, report, group=self._group)
+        return agree(reports)
+
+    def _apply(self, agreement: Agreement) -> None:
+        """Act on ``agreement``, alike on every process: measured servers forget their backoff, canaries bring servers
+        back or wait longer, servers seen down by any process are down, healthy ones come up.
+
+        Raises:
+            VLLMServerUnavailableError: a process saw no server come up within ``connection_timeout``.
+        """
+        for k in sorted(agreement.answered):
+            self.members[k].answered_in_full()
+        for k, cause in sorted(agreement.canaries.items()):
+            member = self.members[k]
             if cause is None:
                 member.bring_up()
                 self._told.pop(k, None)
                 self._note_up(k, "it answered a canary, a one-token completion")
-            else:
-                member.canary_failed(self._calls)
-                logger.info(
-                    "vLLM server %d (%s) is still down (%s): its canary was not answered: %s; next try in %d call(s)",
-                    k,
-                    self.base_urls[k],
-                    member.reason,
-                    cause,
-                    member.retry_at - self._calls,
-                )
+                continue
+            member.canary_failed(self._calls)
+            logger.info(
+                "vLLM server %d (%s) is still down (%s): its canary was not answered: %s; next try in %d call(s)",
+                k,
+                self.base_urls[k],
+                member.reason,
+                cause,
+                member.retry_at - self._calls,
+            )
+        for k, (reason, cause, rank) in sorted(agreement.down.items()):
+            self._down(k, reason, cause if rank == self._rank else f"{cause} (seen by training process {rank})")
+        for k in sorted(agreement.healthy - agreement.down.keys()):
+            member = self.members[k]
+            if not member.up and member.reason in (None, "failed"):  # a hung server's GET /health answers too
+                member.bring_up()
+                self._note_up(k, "its GET /health answers")
+        if agreement.unavailable is not None:
+            rank, cause = agreement.unavailable
+            raise self._health.error(cause if rank == self._rank else f"training process {rank}: {cause}")
 
     def _start_canaries(self) -> None:
-        """At a call's end: send a canary to each down server whose time has come, to run while the trainer trains
-        (its answer is read at the next call)."""
+        """At a call's end, on the pushing process: send a canary to each down server whose time has come, to run
+        while the trainer trains (its answer is read at the next call, and told every process there)."""
+        if not self._pusher():
+            return
         for k, member in enumerate(self.members):
             due = member.canary_due(self._calls + 1) and member.reason != "failed"  # those: GET /health (`generate`)
             if due and k not in self._busy and k not in self._canaries:
@@ -410,21 +473,18 @@ class VLLMServerPool:
         else:
             logger.info("vLLM server %d (%s) is up (%s)", k, self.base_urls[k], why)
 
-    def _wait_for_first(self) -> list[int]:
+    def _wait_for_first(self) -> None:
         """No server has been up yet: poll every server's ``GET /health`` (`HealthWait`'s lines: one warning, then
-        one every 30 s) until one answers, within ``connection_timeout`` in all and the step's deadline; the servers
-        that answer then.
-
-        Raises:
-            VLLMServerUnavailableError: none has come up within ``connection_timeout``.
-        """
+        one every 30 s) until one answers, within ``connection_timeout`` in all and the step's deadline, and report
+        the servers that answer then, or (none came up within ``connection_timeout``) that none did: every process
+        stops then (`_apply`)."""
         budget = min(max(self.connection_timeout - self._health.waited(), 0.0), self._time_left())
         health = self._health.wait(budget)
         if isinstance(health, str):
             if self._time_left() > 0:
-                raise self._health.error(health)
-            return []
-        return self._admit(self._probe(list(range(len(self.servers)))))
+                self._report.unavailable = health
+            return
+        self._report.healthy |= self._healthy(self._probe(list(range(len(self.servers)))))
 
     def _any_health(self, url: str, timeout: float) -> requests.Response:
         """`HealthWait`'s one poll, of every server at once: a 200 answer if one gave it, else a failure."""
@@ -470,10 +530,11 @@ class VLLMServerPool:
                 )
         return statuses
 
-    def _admit(self, statuses: dict[int, int | None]) -> list[int]:
-        """Bring up the servers of ``statuses`` (none of them up before) that answered 200 and serve the pool's model
-        (the first of them to come up sets it); the servers brought up."""
-        admitted = []
+    def _healthy(self, statuses: dict[int, int | None]) -> set[int]:
+        """The servers of ``statuses`` that answered 200 and serve the pool's model (the first of them to answer sets
+        it): they come up once every process found them so (`_apply`). One that serves another model is marked
+        down."""
+        healthy = set()
         for k in sorted(k for k, status in statuses.items() if status == 200):
             served = self.servers[k].served_models(PROBE_TIMEOUT_SECONDS)
             if served is None:
@@ -483,22 +544,25 @@ class VLLMServerPool:
             if self._model not in served:
                 self.wrong_model(k, served)
                 continue
-            self.members[k].bring_up()
-            self._note_up(k, "its GET /health answers")
-            admitted.append(k)
-        return admitted
+            healthy.add(k)
+        return healthy
 
     def _time_left(self) -> float:
         return math.inf if self._deadline is None else self._deadline - time.monotonic()
 
     def mark_down(self, k: int, reason: str, cause: str) -> None:
-        """Give server ``k`` no work until a canary is answered (`Member`); logged once per reason."""
+        """Server ``k`` was seen down for ``reason`` in this call: from the next call it gets no work, on any process,
+        until it answers a canary (or, one that failed loud, every process's ``GET /health`` probe)."""
         with self._lock:
-            self.members[k].mark_down(self._calls, reason)
+            self._report.mark_down(k, reason, cause)
             if reason == "hung":
                 self._hangs[k] += 1
-            told = self._told.get(k) == reason
-            self._told[k] = reason
+
+    def _down(self, k: int, reason: str, cause: str) -> None:
+        """Mark server ``k`` down (`Member`), as of the call it was seen in; logged once per reason."""
+        self.members[k].mark_down(self._calls - 1, reason)
+        told = self._told.get(k) == reason
+        self._told[k] = reason
         if not told:
             logger.warning(
                 "vLLM server %d (%s) is marked down (%s): %s; its prompts go to the other servers until it answers a "

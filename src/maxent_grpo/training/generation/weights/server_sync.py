@@ -16,7 +16,9 @@ back) loads it again. A push is ``POST /collective_rpc`` running the worker exte
 included; a report of any engine parameter left stale), ``POST /reset_prefix_cache`` when the engine caches prefixes,
 and last ``POST /update_weight_version``: the server claims the version only once all of it has loaded. With a
 delta directory (``vllm_weight_delta``) a version is sent as what changed since the one before; a server that does not
-hold that one (a restart) gets the whole version instead. Any other process waits until the server claims it.
+hold that one (a restart) gets the whole version instead. Any other process waits until the server claims it, for at
+most as long as the pusher's tries could take (``max_attempts`` times ``request_timeout``): a wait that runs that out
+is a hang (counted in ``timeouts``), like a push that runs out its ``request_timeout``.
 Failures are of two kinds:
 
 - the server cannot be reached (refused connection, timeout): an infrastructure fault; the call generates nothing and
@@ -287,8 +289,11 @@ class ServerWeightSync:
 
     def _wait_for_version(self) -> bool:
         """Poll until the server claims the trainer's version (pushed by another process); False when it cannot be
-        reached, the pusher gave up on it, or the pusher's tries could have ended."""
-        deadline = time.monotonic() + min(self._time_left(), self.max_attempts * self.request_timeout)
+        reached, the pusher gave up on it, or the pusher's tries could have ended. A wait that runs out that bound
+        (not the step's deadline) counts as a timeout: the server answers ``GET /weight_info`` but took no push in all
+        that time, so it hangs."""
+        began = time.monotonic()
+        deadline = began + min(self._time_left(), self.max_attempts * self.request_timeout)
         while not self._cancelled():
             served = self.served_version()
             if served == self.version:
@@ -297,11 +302,15 @@ class ServerWeightSync:
                 return False
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if self._time_left() > 0:
+                    self._count("timeouts")
                 logger.warning(
-                    "the vLLM server at %s serves weight version %r, not %r: not generating from it",
+                    "the vLLM server at %s still serves weight version %r, not %r, after %.1f s: not generating from "
+                    "it",
                     self.base_url,
                     served,
                     self.version,
+                    time.monotonic() - began,
                 )
                 return False
             time.sleep(min(_WAIT_POLL_SECONDS, remaining))

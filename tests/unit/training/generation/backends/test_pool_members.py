@@ -5,7 +5,13 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from maxent_grpo.training.generation.backends.pool_members import MAX_BACKOFF_CALLS, Member, split_by_rate
+from maxent_grpo.training.generation.backends.pool_members import (
+    MAX_BACKOFF_CALLS,
+    Member,
+    Report,
+    agree,
+    split_by_rate,
+)
 
 
 def test_a_down_server_is_tried_one_call_later_then_after_twice_as_many_calls_each_time_capped():
@@ -25,7 +31,7 @@ def test_a_down_server_is_tried_one_call_later_then_after_twice_as_many_calls_ea
     # check answers costs a shrinking share, never every other call)
     assert member.mark_down(call=100, reason="failed") and not member.canary_due(131) and member.canary_due(132)
     member.bring_up()
-    member.measured(8, 1.0)  # it answered a call in full: its backoff is forgotten
+    member.answered_in_full()  # it answered a call in full: its backoff is forgotten
     assert member.mark_down(call=200, reason="failed") and member.canary_due(201)
 
 
@@ -70,3 +76,35 @@ def test_a_server_passed_over_is_taken_to_be_faster_until_it_is_measured_again()
         calls += 1
         assert calls < 20, "a server once measured slow never got work again"
     assert member.rate <= 10.0
+
+
+def test_a_rate_measured_on_one_process_leaves_the_backoff_to_the_agreement():
+    member = Member()
+    member.bring_up()
+    member.mark_down(call=1, reason="hung")
+    member.bring_up()
+    member.measured(8, 1.0)  # this process's rate only: every process must keep the same backoff
+    assert member.probe and member.rate == 8.0
+    member.answered_in_full()
+    assert not member.probe and member.backoff == 1
+
+
+def test_one_verdict_from_the_processes_reports():
+    hung, failed = Report(), Report()
+    hung.mark_down(1, "failed", "a 5xx")
+    hung.mark_down(1, "hung", "its share lost a hedge")
+    hung.mark_down(1, "failed", "refused")  # weaker than what was seen before in the call: the hang stays
+    failed.mark_down(1, "failed", "the connection was refused")
+    failed.mark_down(2, "wrong model", "it serves 'another'")
+    hung.healthy, failed.healthy = {0, 3}, {3}
+    hung.canaries[4] = None
+    failed.answered.add(0)
+    failed.unavailable = "refused"
+
+    agreement = agree([failed, hung])
+
+    assert agreement.down == {1: ("hung", "its share lost a hedge", 1), 2: ("wrong model", "it serves 'another'", 0)}
+    assert agreement.healthy == {3}  # healthy only where every process found it so
+    assert agreement.canaries == {4: None} and agreement.answered == {0}
+    assert agreement.unavailable == (0, "refused")
+    assert agree([Report()]).down == {} and agree([Report()]).unavailable is None
