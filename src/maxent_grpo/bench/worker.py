@@ -21,6 +21,8 @@ from maxent_grpo.bench.arms import ARMS
 from maxent_grpo.bench.recipes import build_dataset, build_model
 from maxent_grpo.bench.spec import RunSpec
 from maxent_grpo.rewards import REWARDS
+from maxent_grpo.trainer import MaxEntGRPOTrainer
+from maxent_grpo.training.generation.backends.colocate_engine import ReloadWeightSync
 
 
 class RecordRunMetadata(TrainerCallback):
@@ -68,6 +70,16 @@ def train(spec: RunSpec) -> dict[str, Any]:
             processing_class=tokenizer,
             callbacks=[RecordRunMetadata(spec.metadata)],
         )
+        if (
+            args.use_cpu
+            and args.use_vllm
+            and args.vllm_mode == "colocate"
+            and not isinstance(trainer, MaxEntGRPOTrainer)
+        ):
+            # TRL 1.16's colocate sync (`load_weights`) fails on vLLM's CPU engine for a model whose layers the engine
+            # repacks (SmolLM2: "'Parameter' object has no attribute 'weight_loader'"): the stock arm's engine takes
+            # its weights through this package's in-place reload; its generation, scoring and loss stay TRL's.
+            trainer.vllm_generation.sync_weights = ReloadWeightSync(trainer.vllm_generation)
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
