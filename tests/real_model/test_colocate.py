@@ -12,6 +12,7 @@ correct multi-token answers (name a prime below 50): after every sync the engine
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from trl import GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer, VLLMColocateBackend
 from maxent_grpo.objective.mode_keys import final_answer
+from maxent_grpo.serving.in_place_reload import RELOAD_LOGGER
 
 STEPS = 3
 G = 4
@@ -113,8 +115,23 @@ def test_the_first_call_gives_trl_s_ids_on_the_same_engine(trainer, prompt):
     assert prompt_ids[0][:2] != [im_start, im_start]
 
 
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 def test_training_stays_on_policy_after_every_sync_and_logs_mode_coverage(trainer):
-    trainer.train()
+    records = Records()
+    logging.getLogger(RELOAD_LOGGER).addHandler(records)
+    try:
+        trainer.train()
+    finally:
+        logging.getLogger(RELOAD_LOGGER).removeHandler(records)
+    assert not records.messages  # the tied head and the rotary cache get nothing by design: no "Failed to load"
     logs = trainer.recorder.logs
     assert len(logs) == STEPS, logs
     differences = [log["sampling/sampling_logp_difference/max"] for log in logs]

@@ -6,7 +6,12 @@ parameters afterwards reaches nothing; its reload (``reload_weights``: ``initial
 new weights. Two gaps are closed here:
 
 - **Tied layers.** A layer whose weight is another layer's (an LM head tied to the embedding) is skipped by the
-  reload ("ParallelLMHead: Failed to load weights") and keeps its old packed copy; it is processed again afterwards.
+  reload and keeps its old packed copy; it is processed again afterwards.
+- **Warnings that are not failures.** vLLM warns "<layer>: Failed to load weights" for every layer the checkpoint
+  gave nothing: the tied LM head ("ParallelLMHead", processed again here) and layers with no parameters of their own
+  whose buffers vLLM builds itself ("RotaryEmbedding": its cos/sin cache). On every push of a real model's weights
+  both appear although nothing failed; they are left out (`ExpectedReloadWarnings`), while a layer with parameters
+  that got nothing still warns, and is named in what `reload_in_place` returns.
 - **Partial loads.** ``reload_weights`` only logs the engine parameters that received nothing, as a warning (which TRL
   silences). `reload_in_place` returns them, and the layers that received only part of their values, so that a
   caller can refuse a partial update instead of letting it pass as a sync.
@@ -19,10 +24,28 @@ Used by the colocated engine (`colocate_engine.ReloadWeightSync`) and inside a v
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
+
+#: The logger of vLLM's layerwise reload, which warns "<layer class>: Failed to load weights".
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+_FAILED_LOAD = "%s: Failed to load weights"
+
+
+class ExpectedReloadWarnings(logging.Filter):
+    """Drops vLLM's "Failed to load weights" records for the layer classes given: layers that a complete update
+    leaves without new values by design (tied to another layer, or without parameters of their own)."""
+
+    def __init__(self, layer_classes: set[str]) -> None:
+        super().__init__()
+        self.layer_classes = layer_classes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        expected = record.msg == _FAILED_LOAD and bool(record.args) and record.args[0] in self.layer_classes
+        return not expected
 
 
 def reload_in_place(
@@ -51,7 +74,14 @@ def reload_in_place(
         except BaseException:
             _abandon_reload(model, model_config)
             raise
-        finalize_layerwise_reload(model, model_config)
+        tied = {type(layer).__name__ for layer in _tied_layers(model)}
+        expected = ExpectedReloadWarnings(tied | _parameterless_layers(model))
+        reload_logger = logging.getLogger(RELOAD_LOGGER)
+        reload_logger.addFilter(expected)
+        try:
+            finalize_layerwise_reload(model, model_config)
+        finally:
+            reload_logger.removeFilter(expected)
         for layer in _tied_layers(model):
             layer.quant_method.process_weights_after_loading(layer)
     return sorted({name for name, _ in model.named_parameters()} - loaded) + partial
@@ -87,6 +117,19 @@ def _tied_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
             tied.append(module)
         owners.add(id(weight))
     return tied
+
+
+def _parameterless_layers(model: torch.nn.Module) -> set[str]:
+    """Class names of the layers with buffers but no parameters of their own (rotary embeddings), whose classes no
+    layer with parameters shares."""
+    without, with_parameters = set(), set()
+    for module in model.modules():
+        name = type(module).__name__
+        if next(module.parameters(recurse=False), None) is not None:
+            with_parameters.add(name)
+        elif next(module.buffers(recurse=False), None) is not None:
+            without.add(name)
+    return without - with_parameters
 
 
 def _owned(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
