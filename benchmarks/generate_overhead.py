@@ -1,10 +1,12 @@
 """Per-step cost of MaxEntGRPOTrainer's generation pipeline against stock GRPOTrainer, side by side.
 
-Both trainers run the same tiny model, data and seed with the fault-free TransformersBackend; runs alternate
+Both trainers run the same model, data and seed with the fault-free TransformersBackend; runs alternate
 (stock, ours, stock, ours, ...) in one process so machine drift hits both. Prints the median seconds per optimizer
 step of each, their ratio, and the time spent in the backend + helpers pipeline outside the model's `generate`.
+``--model tiny`` (the default) is the in-process tiny model; ``--model smollm2`` the real SmolLM2-135M-Instruct
+(`maxent_grpo.smollm2`, float32), on chat prompts.
 
-    python benchmarks/generate_overhead.py [--rounds 5] [--steps 8]
+    python benchmarks/generate_overhead.py [--model tiny|smollm2] [--rounds 5] [--steps 8]
 
 Expect a ratio close to 1.00 (the pipeline adds bookkeeping on lists of a few dozen rows per step).
 """
@@ -18,10 +20,12 @@ import time
 from typing import Any
 
 from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
+from maxent_grpo.smollm2 import SMOLLM2, smollm2_dir
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 from maxent_grpo.training.generation import step as generation_step
 
@@ -60,10 +64,22 @@ class PipelineTimer:
         trainer.generation_backend.generate = timed_generate  # type: ignore[method-assign]
 
 
-def run(trainer_class: type, config_class: type, steps: int, seed: int, timer: PipelineTimer | None) -> float:
+def model_and_data(name: str, seed: int) -> tuple[Any, Any, Dataset]:
+    """The model, its tokenizer and the prompts: the tiny model on plain prompts, or SmolLM2 on chat prompts."""
+    if name == SMOLLM2:
+        folder = smollm2_dir()
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        prompts = [[{"role": "user", "content": f"Write something about the number {i}."}] for i in range(256)]
+        return AutoModelForCausalLM.from_pretrained(folder), tokenizer, Dataset.from_dict({"prompt": prompts})
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=seed, hidden_size=64, num_layers=2, max_completion_length=16)
-    dataset = Dataset.from_dict({"prompt": [f"write something {i}:" for i in range(256)]})
+    return model, tokenizer, Dataset.from_dict({"prompt": [f"write something {i}:" for i in range(256)]})
+
+
+def run(
+    trainer_class: type, config_class: type, steps: int, seed: int, timer: PipelineTimer | None, model_name: str
+) -> float:
+    model, tokenizer, dataset = model_and_data(model_name, seed)
     with tempfile.TemporaryDirectory() as output_dir:
         args = config_class(
             output_dir=output_dir,
@@ -98,16 +114,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="alternating (stock, ours) pairs")
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", choices=("tiny", SMOLLM2), default="tiny", help="the model both trainers train")
     options = parser.parse_args()
     hf_logging.set_verbosity_error()
+    model = options.model
 
-    run(GRPOTrainer, GRPOConfig, 2, options.seed, None)  # warm-up: imports, allocator, kernels
-    run(MaxEntGRPOTrainer, MaxEntGRPOConfig, 2, options.seed, None)
+    run(GRPOTrainer, GRPOConfig, 2, options.seed, None, model)  # warm-up: imports, allocator, kernels
+    run(MaxEntGRPOTrainer, MaxEntGRPOConfig, 2, options.seed, None, model)
     stock_times, ours_times = [], []
     timer = PipelineTimer()
     for round_index in range(options.rounds):
-        stock_times.append(run(GRPOTrainer, GRPOConfig, options.steps, options.seed, None))
-        ours_times.append(run(MaxEntGRPOTrainer, MaxEntGRPOConfig, options.steps, options.seed, timer))
+        stock_times.append(run(GRPOTrainer, GRPOConfig, options.steps, options.seed, None, model))
+        ours_times.append(run(MaxEntGRPOTrainer, MaxEntGRPOConfig, options.steps, options.seed, timer, model))
         print(f"round {round_index + 1}: stock {stock_times[-1]:.4f} s/step, maxent {ours_times[-1]:.4f} s/step")
 
     stock, ours = statistics.median(stock_times), statistics.median(ours_times)

