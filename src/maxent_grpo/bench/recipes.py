@@ -142,7 +142,9 @@ RECIPES: dict[str, Recipe] = {
             "vllm_mode": "colocate",
             "vllm_gpu_memory_utilization": 0.3,
             "vllm_max_model_length": 256,
-            "use_cpu": True,  # bf16 then defaults off: the trainer scores in the engine's float32
+            "use_cpu": True,
+            # Both arms score in the engine's float32 (stock TRL would default to bf16 autocast on the CPU).
+            "bf16": False,
             "dataloader_num_workers": 0,
         },
         num_prompts=32,  # 4 prompts per optimizer step x 8 steps: one epoch
