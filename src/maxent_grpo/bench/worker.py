@@ -6,6 +6,7 @@ trackio reads its storage directory (``TRACKIO_DIR``) once at import, from this 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from maxent_grpo.bench.recipes import build_dataset, build_model
 from maxent_grpo.bench.spec import RunSpec
 from maxent_grpo.rewards import REWARDS
 from maxent_grpo.trainer import MaxEntGRPOTrainer
-from maxent_grpo.training.generation.backends.colocate_engine import ReloadWeightSync
+from maxent_grpo.training.generation.backends.colocate_engine import ReloadWeightSync, engine_dtype
 
 
 class RecordRunMetadata(TrainerCallback):
@@ -62,28 +63,38 @@ def train(spec: RunSpec) -> dict[str, Any]:
             **recipe.training,
             **arm.config_fields,
         )
-        trainer = arm.trainer_class(
-            model=model,
-            reward_funcs=REWARDS[recipe.reward],
-            args=args,
-            train_dataset=build_dataset(recipe),
-            processing_class=tokenizer,
-            callbacks=[RecordRunMetadata(spec.metadata)],
-        )
-        if (
+        stock_on_cpu_engine = (
             args.use_cpu
             and args.use_vllm
             and args.vllm_mode == "colocate"
-            and not isinstance(trainer, MaxEntGRPOTrainer)
-        ):
-            # TRL 1.16's colocate sync (`load_weights`) fails on vLLM's CPU engine for a model whose layers the engine
-            # repacks (SmolLM2: "'Parameter' object has no attribute 'weight_loader'"): the stock arm's engine takes
-            # its weights through this package's in-place reload; its generation, scoring and loss stay TRL's.
+            and arm.trainer_class is not MaxEntGRPOTrainer
+        )
+        # On the CPU the stock arm's colocated engine is built in the dtype the training forward computes in, as
+        # MaxEntGRPOTrainer builds its own (``vllm_dtype="training"``; vLLM's own choice, which stock TRL leaves, turns
+        # a float32 checkpoint into bfloat16 and the arms would sample in different precisions), and takes its weights
+        # through this package's in-place reload: TRL 1.16's ``load_weights`` fails on vLLM's CPU engine for a model
+        # whose layers the engine repacks (SmolLM2: "'Parameter' object has no attribute 'weight_loader'"). Its
+        # generation, scoring and loss stay TRL's.
+        with engine_dtype(lambda: _forward_dtype(args)) if stock_on_cpu_engine else contextlib.nullcontext():
+            trainer = arm.trainer_class(
+                model=model,
+                reward_funcs=REWARDS[recipe.reward],
+                args=args,
+                train_dataset=build_dataset(recipe),
+                processing_class=tokenizer,
+                callbacks=[RecordRunMetadata(spec.metadata)],
+            )
+        if stock_on_cpu_engine:
             trainer.vllm_generation.sync_weights = ReloadWeightSync(trainer.vllm_generation)
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
     return {"log_history": trainer.state.log_history, "train_seconds": seconds}
+
+
+def _forward_dtype(args: Any) -> str:
+    """The dtype the training forward computes in: the mixed precision, else the parameters' (float32 here)."""
+    return "bfloat16" if args.bf16 else "float16" if args.fp16 else "float32"
 
 
 def main(argv: list[str]) -> int:
