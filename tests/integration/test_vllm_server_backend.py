@@ -133,6 +133,8 @@ def test_fault_free_groups_have_the_asked_sizes_and_consistent_tokens(servers, t
         "weight_resyncs": 0,
         "weight_refusals": 0,
         "stale_completions": 0,
+        "weight_write_seconds": 0.0,
+        "weight_reload_seconds": 0.0,
     }
     assert not any("failure" in m or "bad data" in m for m in messages(backend_logs))
 
@@ -292,6 +294,8 @@ def test_a_prompt_the_server_rejects_leaves_only_its_own_group_empty(servers, to
         "weight_resyncs": 0,
         "weight_refusals": 0,
         "stale_completions": 0,
+        "weight_write_seconds": 0.0,
+        "weight_reload_seconds": 0.0,
     }
     logged = messages(backend_logs)
     (rejected,) = [m for m in logged if m.startswith("bad data")]

@@ -30,5 +30,5 @@ def single_try_sync(
         max_attempts=1,
         backoff=lambda attempt: None,
         time_left=lambda: float("inf"),
-        count=lambda stat: None,
+        count=lambda stat, amount=1: None,
     )

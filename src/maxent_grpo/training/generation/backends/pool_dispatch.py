@@ -52,7 +52,7 @@ class Outcome:
     """
 
     groups: list[list[Completion]]
-    grew: dict[str, int]
+    grew: dict[str, float]
     seconds: float
 
 

@@ -118,6 +118,8 @@ _STAT_KEYS = (
     "weight_refusals",
     "stale_completions",
 )
+#: The ``stats`` that are seconds, not counts.
+_SECONDS_KEYS = ("weight_write_seconds", "weight_reload_seconds")
 
 
 class VLLMServerBackend:
@@ -178,9 +180,12 @@ class VLLMServerBackend:
     (answers or completions that were short, out of vocabulary, empty or malformed, and prompts the server rejected),
     ``out_of_time`` (requests given up, or not sent, because the step's time budget was spent) and, with
     ``weights_directory``, ``weight_pushes`` (versions loaded into the server), ``weight_resyncs`` (pushes of a version
-    the server had already been given: it restarted), ``weight_refusals`` (pushes the server answered but did not take)
-    and ``stale_completions`` (completions marked failed because the server's version changed while they were
-    generated).
+    the server had already been given: it restarted), ``weight_refusals`` (pushes the server answered but did not
+    take), ``stale_completions`` (completions marked failed because the server's version changed while they were
+    generated), and two sums of seconds (floats): ``weight_write_seconds`` (writing each version, `sync_weights` or
+    `stage_weights`: the walk of the parameters and, on the pushing process, the files) and ``weight_reload_seconds``
+    (the pushing process's pushes into the server: the reload, the prefix-cache reset and the version's claim, every
+    try and the backoff between them included).
     """
 
     def __init__(
@@ -224,7 +229,7 @@ class VLLMServerBackend:
         self.connection_timeout = check_number("connection_timeout", connection_timeout, low=0.0)
         self.weight_sync = weight_sync
 
-        self.stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
+        self.stats: dict[str, float] = dict.fromkeys(_STAT_KEYS, 0) | dict.fromkeys(_SECONDS_KEYS, 0.0)
         self._stats_lock = threading.Lock()
         self._warned_off_policy = False
         self._staged_model: torch.nn.Module | None = None  # staged without weights_directory: synced at publish
@@ -497,7 +502,7 @@ class VLLMServerBackend:
 
     # ----------------------------------------------------------------------------------------------------- requests
 
-    def _count(self, key: str, amount: int = 1) -> None:
+    def _count(self, key: str, amount: float = 1) -> None:
         with self._stats_lock:
             self.stats[key] += amount
 

@@ -24,11 +24,12 @@ disk transport). What the pool adds:
 - **Weights.** `sync_weights` writes each version once; every server is then checked to serve it before it generates
   (`weights.server_sync`), so a server that restarted gets it again (a resync) before it is given work, while the
   others keep generating. A push is bounded by the step's deadline too.
-- **Counts.** ``stats`` sums the servers' counters (the keys of `VLLMServerBackend.stats`) and adds, per server ``k``
-  (its index in ``base_urls``), ``servers/<k>/requests``, ``servers/<k>/failures`` (infrastructure failures),
-  ``servers/<k>/completions`` (those taken: an answer that lost its hedge is discarded), ``servers/<k>/resyncs``,
-  ``servers/<k>/hangs`` and ``servers/<k>/hedged`` (its shares sent again elsewhere); the trainer logs how much each
-  grew per step.
+- **Counts.** ``stats`` sums the servers' counters (the keys of `VLLMServerBackend.stats`; its seconds too, so
+  ``weight_write_seconds`` is the one write of each version and ``weight_reload_seconds`` the pushes into every
+  server) and adds, per server ``k`` (its index in ``base_urls``), ``servers/<k>/requests``, ``servers/<k>/failures``
+  (infrastructure failures), ``servers/<k>/completions`` (those taken: an answer that lost its hedge is discarded),
+  ``servers/<k>/resyncs``, ``servers/<k>/hangs`` and ``servers/<k>/hedged`` (its shares sent again elsewhere); the
+  trainer logs how much each grew per step.
 
 Until a first server has come up, a call waits for one (`HealthWait` over all of them, ``connection_timeout`` in all)
 and raises `~maxent_grpo.training.generation.server_client.transport.VLLMServerUnavailableError` when none has, which
@@ -244,9 +245,9 @@ class VLLMServerPool:
             self.servers[k].cancel_requests()
 
     @property
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, float]:
         """The servers' counters summed (`VLLMServerBackend.stats`' keys) and each server's own (module docstring)."""
-        totals: dict[str, int] = {}
+        totals: dict[str, float] = {}
         for k, server in enumerate(self.servers):
             counted = dict(server.stats)
             for key, value in counted.items():

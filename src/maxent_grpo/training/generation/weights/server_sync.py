@@ -119,7 +119,9 @@ class ServerWeightSync:
         max_attempts: pushes tried per call, and refusals in a row that stop training.
         backoff: ``backoff(k)`` sleeps before the k+1-th try.
         time_left: seconds left of the generation step's budget (infinite without one).
-        count: ``count(stat)`` adds one to the backend's stat (``timeouts`` for a push given up on its timeout).
+        count: ``count(stat, amount=1)`` adds ``amount`` to the backend's stat (``timeouts`` for a push given up on
+            its timeout; ``weight_write_seconds`` and ``weight_reload_seconds``, the seconds each `stage` and each
+            push took).
         cancelled: whether the call was abandoned (a server pool gave its groups to another server): nothing more is
             sent, and a wait for another process's push ends.
         before_push: called before each push; it raises to stop the push (the server restarted serving another
@@ -137,7 +139,7 @@ class ServerWeightSync:
         max_attempts: int,
         backoff: Callable[[int], None],
         time_left: Callable[[], float],
-        count: Callable[[str], None],
+        count: Callable[..., None],
         cancelled: Callable[[], bool] = lambda: False,
         before_push: Callable[[], None] = lambda: None,
     ) -> None:
@@ -200,6 +202,7 @@ class ServerWeightSync:
         if problem is not None:
             raise WeightsNotWritten(problem)
         self.write_seconds = time.perf_counter() - began
+        self._count("weight_write_seconds", self.write_seconds)
         if self.pusher and self.directory.delta is not None and not self._told_delta_cost:
             self._told_delta_cost = True
             logger.info(
@@ -317,7 +320,16 @@ class ServerWeightSync:
         return False
 
     def _push(self, served: str | None) -> bool:
-        """Push the trainer's version (``served``: what the server said it serves, None when not asked)."""
+        """Push the trainer's version (``served``: what the server said it serves, None when not asked); the seconds
+        it took, every try and the backoff between them included, are added to ``weight_reload_seconds``."""
+        began = time.perf_counter()
+        try:
+            return self._push_tries(served)
+        finally:
+            self._count("weight_reload_seconds", time.perf_counter() - began)
+
+    def _push_tries(self, served: str | None) -> bool:
+        """`_push`'s tries, up to ``max_attempts`` within the step's time budget."""
         if self._refused is not None:
             raise self._refused
         version = self.version
