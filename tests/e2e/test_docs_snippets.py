@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from maxent_grpo.training.generation import helpers
-from maxent_grpo.training.generation.step import WEIGHT_STAT_KEYS
+from maxent_grpo.training.generation.step import WEIGHT_SECONDS_KEYS, WEIGHT_STAT_KEYS
 from maxent_grpo.training.reward_scoring.ledger import FUNCTION_COUNTERS
 from tests.e2e.cli_runner import ROOT, offline_env, run_cli
 from tests.support.doc_snippets import command_lines, snippet
@@ -105,11 +105,11 @@ _METRIC_FAMILIES = ("generation", "maxent", "tools", "dynamic_sampling", "comple
 
 
 def _logged_keys() -> set[str]:
-    """Every metric key written as a string literal in the package, plus the backend weight counters it logs as
-    ``generation/<key>`` (`WEIGHT_STAT_KEYS`) and the reward functions' counters it logs as ``scoring/<name>/<key>``
-    (`FUNCTION_COUNTERS`)."""
+    """Every metric key written as a string literal in the package, plus the backend weight counters and seconds it
+    logs as ``generation/<key>`` (`WEIGHT_STAT_KEYS`, `WEIGHT_SECONDS_KEYS`) and the reward functions' counters it
+    logs as ``scoring/<name>/<key>`` (`FUNCTION_COUNTERS`)."""
     pattern = re.compile(rf"^({'|'.join(_METRIC_FAMILIES)})/[a-z_]+(/[a-z_]+)*$")
-    keys = {f"generation/{key}" for key in WEIGHT_STAT_KEYS}
+    keys = {f"generation/{key}" for key in (*WEIGHT_STAT_KEYS, *WEIGHT_SECONDS_KEYS)}
     keys |= {f"scoring/<name>/{key}" for key in FUNCTION_COUNTERS}
     for path in (ROOT / "src" / "maxent_grpo").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -121,7 +121,7 @@ def _logged_keys() -> set[str]:
 def test_metrics_glossary_lists_every_key_the_package_logs():
     keys = _logged_keys()
     assert {"generation/dropped_prompts", "maxent/tau", "dynamic_sampling/rounds", "tools/failed_episodes"} <= keys
-    assert {"scoring/unscored_rows", "scoring/<name>/failed"} <= keys
+    assert {"scoring/unscored_rows", "scoring/<name>/failed", "generation/weight_reload_seconds"} <= keys
     glossary = (DOCS / "metrics.md").read_text(encoding="utf-8")
     missing = sorted(key for key in keys if f"`{key}`" not in glossary)
     assert not missing, f"docs/metrics.md does not describe {missing}"

@@ -162,13 +162,14 @@ class AsyncGeneration:
         if not upcoming or (self._inflight is not None and self._inflight.step == upcoming[0]):
             return
         self._abandon()
+        backend = self.backend
+        counts_before = weight_counts(backend)  # a write here is counted in the step the call is for
         sync_weights()
         inputs = self._ahead[upcoming[0] - start - size]
         call = first_call([row["prompt"] for row in inputs], self.process_index, self.group_size)
-        backend = self.backend
         # One thread uses the tokenizer at a time: the prompts are tokenized here, where the backend can.
         sent = backend.token_prompts(call.prompts) if isinstance(backend, SupportsTokenPrompts) else list(call.prompts)
-        prefetch = Prefetch(upcoming[0], call, sent, weight_counts(backend))
+        prefetch = Prefetch(upcoming[0], call, sent, counts_before)
         prefetch.thread = threading.Thread(
             target=self._run, args=(prefetch,), name="maxent-grpo-async-generation", daemon=True
         )

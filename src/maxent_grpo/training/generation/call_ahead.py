@@ -42,7 +42,8 @@ class Prefetch:
         step: TRL's micro-step whose generation it is for.
         call: the call made, as the step will make it.
         sent: its prompts as sent to the backend (token ids, tokenized on the main thread, where the backend can).
-        stats_before: the backend's weight counters (`WEIGHT_STAT_KEYS`) when it started, or None.
+        stats_before: the backend's weight counters (`weight_counts`) before the weights it generates from were
+            written, or None.
         groups / error: what the call returned, or what it raised.
         seconds: how long the call took.
     """
@@ -50,7 +51,7 @@ class Prefetch:
     step: int
     call: FirstCall
     sent: list[Any]
-    stats_before: dict[str, int] | None
+    stats_before: dict[str, float] | None
     groups: list[list[Completion]] | None = None
     error: BaseException | None = None
     seconds: float = 0.0
@@ -63,7 +64,7 @@ class ReplayedFirstCall:
     returned, or the exception it raised), its fresh completions only; every later call is the backend's own.
 
     Its ``stats`` are the backend's counters as they stood when the prefetch started, until the first call is
-    answered, so a generation step counts the weight pushes the prefetch made.
+    answered, so a generation step counts the weight pushes the prefetch made (and their seconds).
     """
 
     def __init__(self, backend: GenerationBackend, prefetch: Prefetch, fresh: Callable[[Completion], bool]) -> None:
@@ -74,7 +75,7 @@ class ReplayedFirstCall:
         self.too_stale = 0
 
     @property
-    def stats(self) -> dict[str, int] | None:
+    def stats(self) -> dict[str, float] | None:
         if self.prefetch is not None:
             return self.prefetch.stats_before
         return self.backend.stats if isinstance(self.backend, SupportsStats) else None

@@ -39,18 +39,25 @@ from maxent_grpo.training.generation.rows import GeneratedRows, assemble_rows, l
 #: A backend's counters of weight syncs and of completions from weights older than the trainer's, logged per step
 #: under ``generation/<key>`` when the backend keeps them in its ``stats`` (summed over processes).
 WEIGHT_STAT_KEYS = ("weight_pushes", "weight_resyncs", "stale_completions")
+#: Sums of the seconds a backend spent writing the training weights and pushing them into its servers, logged per
+#: step with the counters, under ``generation/<key>``, when its ``stats`` keep them too (the maximum over processes:
+#: what the step waits for).
+WEIGHT_SECONDS_KEYS = ("weight_write_seconds", "weight_reload_seconds")
 #: The prefix of a server pool's per-server counters (`vllm_server_pool`), logged with the weight counters.
 SERVER_STAT_PREFIX = "servers/"
 
 
-def weight_counts(backend: GenerationBackend) -> dict[str, int] | None:
-    """The backend's weight-sync counters (`WEIGHT_STAT_KEYS`) and per-server counters (`SERVER_STAT_PREFIX`), when
-    it keeps them (the vLLM server backend and server pool)."""
+def weight_counts(backend: GenerationBackend) -> dict[str, float] | None:
+    """The backend's weight-sync counters (`WEIGHT_STAT_KEYS`, whole numbers), its seconds (`WEIGHT_SECONDS_KEYS`,
+    those it keeps) and its per-server counters (`SERVER_STAT_PREFIX`), when it keeps the counters (the vLLM server
+    backend and server pool)."""
     stats = backend.stats if isinstance(backend, SupportsStats) else None
     if not isinstance(stats, dict) or not all(key in stats for key in WEIGHT_STAT_KEYS):
         return None
     keys = [*WEIGHT_STAT_KEYS, *sorted(key for key in stats if key.startswith(SERVER_STAT_PREFIX))]
-    return {key: int(stats[key]) for key in keys}
+    return {key: int(stats[key]) for key in keys} | {
+        key: float(stats[key]) for key in WEIGHT_SECONDS_KEYS if key in stats
+    }
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,9 @@ class GenerationStep:
             Once spent, no retry round starts (on any process) and what is still missing is dropped; a
             `SupportsDeadline` backend (the vLLM server backend) also cuts its requests off at the deadline. A call
             that cannot be interrupted (local generation) runs to its end.
+        counts_before: the backend's weight counters (`weight_counts`) as they stood before this step's weights were
+            written (the trainer writes them before it creates the step), so that the write is this step's; None: as
+            they stand when the step is created.
     """
 
     def __init__(
@@ -144,6 +154,7 @@ class GenerationStep:
         placeholder_prompt_id: int,
         placeholder_completion_id: int,
         step_timeout: float | None = None,
+        counts_before: dict[str, float] | None = None,
     ) -> None:
         self.backend = backend
         self.check = check
@@ -153,7 +164,7 @@ class GenerationStep:
         self.placeholder_prompt_id = placeholder_prompt_id
         self.placeholder_completion_id = placeholder_completion_id
         self.deadline = None if step_timeout is None else time.monotonic() + step_timeout
-        self._backend_counts = weight_counts(backend)
+        self._backend_counts = weight_counts(backend) if counts_before is None else counts_before
 
     def run(self, requests: list[Any], *, stop_ids: Sequence[int], refill: Refill | None = None) -> StepResult:
         """The whole step: collect (with retries), agree, refill with ``refill``, assemble, and the metrics
@@ -299,24 +310,26 @@ class GenerationStep:
         return self.collectives.any(time.monotonic() >= self.deadline)
 
     def metrics(self, batch: LocalBatch, agreement: GroupAgreement, stop_ids: Sequence[int]) -> StepMetrics:
-        """Robustness counters summed over processes, and completion statistics over kept rows only."""
+        """Robustness counters summed over processes (the weight push's seconds: their maximum), and completion
+        statistics over kept rows only."""
         collectives = self.collectives
-        counts = [batch.stats[key] for key in STAT_KEYS]
+        counts: list[float] = [batch.stats[key] for key in STAT_KEYS]
         before, after = self._backend_counts, weight_counts(self.backend)
         weight_keys = tuple(after) if before is not None and after is not None else ()
         counts += [after[key] - before[key] for key in weight_keys]
         keys = (*STAT_KEYS, *weight_keys)
-        local_stats = torch.tensor(counts, dtype=torch.long, device=collectives.device)
+        local_stats = torch.tensor(counts, dtype=torch.float64, device=collectives.device)
         all_stats = collectives.gather(local_stats).view(-1, len(keys))
-        summed = dict(zip(keys, all_stats.sum(dim=0).tolist(), strict=True))
+        totals = dict(zip(keys, all_stats.sum(dim=0).tolist(), strict=True))
+        totals |= {key: all_stats[:, keys.index(key)].max().item() for key in WEIGHT_SECONDS_KEYS if key in keys}
         values = {
             "generation/dropped_prompts": float((~agreement.group_kept).sum().item()),
-            "generation/retried_prompts": float(summed["retried_prompts"]),
+            "generation/retried_prompts": float(totals["retried_prompts"]),
             "generation/retry_rounds": float(all_stats[:, STAT_KEYS.index("retry_rounds")].max().item()),
-            "generation/invalid_completions": float(summed["invalid_completions"]),
-            "generation/backend_errors": float(summed["backend_errors"]),
+            "generation/invalid_completions": float(totals["invalid_completions"]),
+            "generation/backend_errors": float(totals["backend_errors"]),
         }
-        values |= {f"generation/{key}": float(summed[key]) for key in weight_keys}
+        values |= {f"generation/{key}": float(totals[key]) for key in weight_keys}
         kept = agreement.table[agreement.global_keep]
         if kept.numel() == 0:
             return StepMetrics(values, kept_tokens=0)

@@ -27,7 +27,7 @@ from maxent_grpo.training.generation.episodes.backend import EpisodeBackend
 from maxent_grpo.training.generation.episodes.metrics import tool_metrics
 from maxent_grpo.training.generation.episodes.trainer_setup import step_backend
 from maxent_grpo.training.generation.rows import GeneratedRows
-from maxent_grpo.training.generation.step import GenerationStep, GroupAgreement, Refill
+from maxent_grpo.training.generation.step import GenerationStep, GroupAgreement, Refill, weight_counts
 from maxent_grpo.training.reward_masking import silence_unscorable_warning
 
 
@@ -58,6 +58,7 @@ def generate_batch(trainer: Any, prompts: list[Any]) -> GeneratedBatch:
     metrics = trainer._metrics[mode]
     ahead = trainer.async_generation
     training = mode == "train"
+    written_before = weight_counts(trainer.generation_backend)  # the weights this step writes are in its metrics
     if ahead is not None and training:
         trainer._stage_backend_weights()  # the write overlaps the call made ahead, which may still be generating
     replayed = None if ahead is None else ahead.take(trainer._step, prompts, trainer.state.global_step, training)
@@ -77,6 +78,7 @@ def generate_batch(trainer: Any, prompts: list[Any]) -> GeneratedBatch:
         placeholder_prompt_id=trainer._tokenizer.pad_token_id,
         placeholder_completion_id=trainer.eos_token_ids[0],
         step_timeout=trainer.args.generation_step_timeout,
+        counts_before=None if replayed is not None else written_before,  # a replayed call counts from its own start
     )
     inputs = [] if trainer._batch is None else trainer._batch.inputs
     refill = None

@@ -304,3 +304,49 @@ def test_run_collects_agrees_assembles_and_counts_in_one_call():
     assert result.prompts == ["a", "a", "b", "b"] and result.refilled is None
     assert result.rows.keep == [False] * 4 and result.agreement.global_keep.tolist() == [False] * 4
     assert result.metrics.values["generation/dropped_prompts"] == 2.0 and result.metrics.kept_tokens == 0
+
+
+def test_a_steps_weight_seconds_are_the_slowest_processs_and_its_counters_the_sum_over_processes():
+    class PushingBackend(FlakyBackend):
+        """Each call pushes the weights once, in ``reload`` seconds (the stats of the vLLM server backend)."""
+
+        def __init__(self, reload: float) -> None:
+            super().__init__([])
+            self.reload = reload
+            self.stats = {"weight_pushes": 0, "weight_resyncs": 0, "stale_completions": 0}
+            self.stats |= {"weight_write_seconds": 0.0, "weight_reload_seconds": 0.0}
+
+        def generate(self, prompts: Sequence[str], counts: Sequence[int]) -> list[list[Completion]]:
+            self.stats["weight_pushes"] += 1
+            self.stats["weight_reload_seconds"] += self.reload
+            return super().generate(prompts, counts)
+
+    collectives = ThreadCollectives(2)
+    backends = [PushingBackend(reload=0.25), PushingBackend(reload=0.0)]
+    values: list = [None, None]
+
+    def run(rank: int, write: float) -> None:
+        before = {"weight_pushes": 0, "weight_resyncs": 0, "stale_completions": 0}
+        before |= {"weight_write_seconds": 0.0, "weight_reload_seconds": 0.0}
+        backends[rank].stats["weight_write_seconds"] += write  # written before the step: the step's all the same
+        step = GenerationStep(
+            backends[rank],
+            check=ok,
+            collectives=collectives.of(rank),
+            group_size=2,
+            max_retry_rounds=0,
+            placeholder_prompt_id=0,
+            placeholder_completion_id=1,
+            counts_before=before,
+        )
+        values[rank] = step.run(["a", "a"], stop_ids=[2]).metrics.values
+
+    threads = [threading.Thread(target=run, args=(rank, write)) for rank, write in enumerate((0.5, 0.75))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert values[0] == values[1]
+    assert values[0]["generation/weight_pushes"] == 2.0  # summed
+    assert values[0]["generation/weight_write_seconds"] == 0.75  # the slowest process's, not cut to whole seconds
+    assert values[0]["generation/weight_reload_seconds"] == 0.25

@@ -72,15 +72,16 @@ class SupportsDeadline(Protocol):
 class SupportsStats(Protocol):
     """A backend that counts what happened to its requests.
 
-    The trainer reads ``stats`` before and after every generation step (and when it starts a call ahead). When it is a
-    dict holding all of ``weight_pushes``, ``weight_resyncs`` and ``stale_completions``, how much each grew during the
-    step is logged, summed over processes, as ``generation/<key>``, and so is each key under ``servers/`` (a server
-    pool's per-server counters, the same keys on every process); other keys are the backend's own report, not
-    logged.
+    The trainer reads ``stats`` before every generation step writes the weights and after the step (and when it
+    starts a call ahead). When it is a dict holding all of ``weight_pushes``, ``weight_resyncs`` and
+    ``stale_completions``, how much each grew during the step is logged, summed over processes, as
+    ``generation/<key>``, and so is each key under ``servers/`` (a server pool's per-server counters, the same keys on
+    every process) and, where the dict has them, ``weight_write_seconds`` and ``weight_reload_seconds`` (sums of
+    seconds, logged as their maximum over processes); other keys are the backend's own report, not logged.
     """
 
     @property
-    def stats(self) -> dict[str, int] | None: ...
+    def stats(self) -> dict[str, float] | None: ...
 
 
 @runtime_checkable
