@@ -10,7 +10,7 @@ import pytest
 
 from maxent_grpo import Completion, MaxEntGRPOTrainer, SamplingSettings, VLLMServerBackend
 from maxent_grpo.training.generation.backends.selection import build_backend
-from tests.support.stand_in_vllm.process import run_test_server
+from tests.support.stand_in_vllm.process import run_test_server, run_test_server_processes
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, tiny_model_and_tokenizer
 
@@ -172,3 +172,46 @@ def test_vllm_structured_outputs_regex_constrains_what_the_server_backend_genera
         trainer.train()
     assert len(seen) == 4 and any(seen)
     assert all(re.fullmatch("[ab]*", completion) for completion in seen), seen
+
+
+@pytest.mark.parametrize(
+    ("servers", "async_generation"), [(1, False), (2, True)], ids=["one server", "a pool, async generation"]
+)
+def test_every_step_that_pushes_the_weights_logs_the_seconds_of_their_write_and_reload(
+    tmp_path, tiny_model_dir, servers, async_generation
+):
+    model, tokenizer = tiny_model_and_tokenizer()
+    flag_sets = {f"server {k}": ("--weight-endpoints",) for k in range(servers)}
+    with run_test_server_processes(flag_sets, model_dir=tiny_model_dir) as started:
+        trainer = MaxEntGRPOTrainer(
+            model=model,
+            reward_funcs=AlignedTextReward(),
+            args=tiny_config(
+                tmp_path,
+                max_steps=3,
+                use_vllm=True,
+                vllm_mode="server",
+                vllm_weight_transfer="disk",
+                vllm_server_base_urls=[url for url, _ in started.values()],
+                vllm_weights_dir=str(tmp_path / "weights"),
+                async_generation=async_generation,
+            ),
+            train_dataset=letter_dataset(16),
+            processing_class=tokenizer,
+        )
+        trainer.train()
+    steps = [e for e in trainer.state.log_history if "generation/weight_pushes" in e]
+    assert len(steps) == 3
+    # Into every server each step; generating ahead, a version is pushed by the call made ahead of the step after.
+    pushes = [e["generation/weight_pushes"] for e in steps]
+    assert pushes == ([servers, 0, servers] if async_generation else [servers] * 3)
+    for entry in steps:
+        assert entry["generation/weight_write_seconds"] > 0  # every step writes its weights
+        assert (entry["generation/weight_reload_seconds"] > 0) == (entry["generation/weight_pushes"] > 0)
+    stats = trainer.generation_backend.stats
+    for key in ("weight_write_seconds", "weight_reload_seconds"):  # every second spent is in one step, and only one
+        assert sum(e[f"generation/{key}"] for e in steps) == pytest.approx(stats[key])
+    if servers > 1:
+        members = trainer.generation_backend.servers
+        assert stats["weight_reload_seconds"] == pytest.approx(sum(m.stats["weight_reload_seconds"] for m in members))
+        assert all(m.stats["weight_reload_seconds"] > 0 for m in members)

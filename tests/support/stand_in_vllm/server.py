@@ -13,7 +13,8 @@ invalid request.
 
 With ``--weight-endpoints`` it also takes the disk weight transfer's routes (whole versions only, no deltas):
 ``GET /weight_info``, ``POST /collective_rpc`` running the reload (the version's safetensors files loaded into the
-model), ``POST /reset_prefix_cache`` and ``POST /update_weight_version``.
+model), ``POST /reset_prefix_cache`` and ``POST /update_weight_version``; and ``GET /server_info`` says so, as a
+server started with the worker extension does.
 
 Grey failures: ``--token-seconds`` makes every completion request take that long per token asked for (``n`` times
 ``max_tokens``; a sleep, so the server's throughput is fixed whatever the machine's load, one request at a time);
@@ -63,6 +64,12 @@ from transformers import (
 DEFAULT_MODEL_NAME = "tiny-qwen2"
 # vLLM clamps -inf logprobs to this value, as JSON has no infinity.
 _MIN_LOGPROB = -9999.0
+# What ``GET /server_info`` reports (the fields the trainer reads) with ``--weight-endpoints``: the worker extension.
+_WEIGHTS_SERVER_CONFIG = {
+    "weight_transfer_config": None,
+    "parallel_config": {"worker_extension_cls": "maxent_grpo.serving.reload_extension.DiskReloadExtension"},
+    "model_config": {"logprobs_mode": "processed_logprobs"},
+}
 
 
 class BadRequest(Exception):
@@ -382,6 +389,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, b"")
         elif self.path == "/weight_info" and self.server.weights:
             self._send_json(HTTPStatus.OK, {"weight_version": self.server.weight_version})
+        elif self.path.partition("?")[0] == "/server_info" and self.server.weights:
+            self._send_json(HTTPStatus.OK, {"vllm_config": _WEIGHTS_SERVER_CONFIG, "vllm_env": {}})
         elif self.path == "/v1/models":
             engine = self.server.engine
             model = {"id": engine.name, "object": "model", "owned_by": "vllm", "max_model_len": engine.max_model_len}
