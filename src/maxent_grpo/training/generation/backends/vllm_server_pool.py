@@ -199,21 +199,13 @@ class VLLMServerPool:
             raise ValueError(f"counts must have one entry per prompt ({len(prompts)}), got {len(counts)}")
         groups: list[list[Completion]] = [[] for _ in prompts]
         self._calls += 1
-        self._settle_background()
-        fresh = [k for k, member in enumerate(self.members) if member.down_since is None and not member.up]
-        # A server that failed loud (refused connections, 5xx) rather than hung is asked by GET /health again, on the
-        # canaries' schedule one call later (the call right after its failure, the retry round, goes to the others),
-        # then every call until it answers: a process that died and restarted answers it, and a new process is no hung
-        # engine. One that answers and fails again waits twice as long each time (`Member.mark_down`).
-        failed = [
-            k
-            for k, member in enumerate(self.members)
-            if member.reason == "failed" and member.canary_due(self._calls - 1)
-        ]
-        # One not answering yet is asked again next call (a refused probe).
-        self._report.healthy |= self._healthy(self._probe(fresh + failed))
-        if not self._report.healthy and not self._ever_up and not any(member.up for member in self.members):
-            self._wait_for_first()
+        try:
+            self._look_before_agreeing()
+        except Exception as error:
+            # Raised after the agreement, which every process reaches whatever failed here (I7): a process that
+            # stopped short of it would leave the others waiting in the gather.
+            self._apply(self._agree())
+            raise error
         self._apply(self._agree())
         up = [k for k, member in enumerate(self.members) if member.up and k not in self._busy]
         asked = [i for i, count in enumerate(counts) if count > 0]
@@ -237,6 +229,25 @@ class VLLMServerPool:
             PoolCall(self, shares, prompts, counts, groups).run(called, spare=[k for k in up if k not in called])
         self._start_canaries()
         return groups
+
+    def _look_before_agreeing(self) -> None:
+        """This process's own look at the servers before the processes agree on them: what the calls made in the
+        background came to, GET /health of the servers to ask again, and the wait for a first server."""
+        self._settle_background()
+        fresh = [k for k, member in enumerate(self.members) if member.down_since is None and not member.up]
+        # A server that failed loud (refused connections, 5xx) rather than hung is asked by GET /health again, on the
+        # canaries' schedule one call later (the call right after its failure, the retry round, goes to the others),
+        # then every call until it answers: a process that died and restarted answers it, and a new process is no hung
+        # engine. One that answers and fails again waits twice as long each time (`Member.mark_down`).
+        failed = [
+            k
+            for k, member in enumerate(self.members)
+            if member.reason == "failed" and member.canary_due(self._calls - 1)
+        ]
+        # One not answering yet is asked again next call (a refused probe).
+        self._report.healthy |= self._healthy(self._probe(fresh + failed))
+        if not self._report.healthy and not self._ever_up and not any(member.up for member in self.members):
+            self._wait_for_first()
 
     def cut_off(self, indices: Iterable[int]) -> None:
         """End the calls of the servers of ``indices`` now: nothing more sent, requests in flight cut off."""
