@@ -24,10 +24,13 @@ Built-in keys (see [`BUILTIN_MODE_KEYS`]):
 - ``"boxed"``: the stripped content of the last ``\\boxed{...}`` whose braces balance (the final-answer
   convention of math data sets); ``None`` when there is none or it is empty.
 - ``"final_answer"``: the final answer of a free-form completion, as a real model writes it: the content of the
-  last ``\\boxed{...}`` if there is one, else the last number (``"12"``, ``"12."``, ``"The answer is 12"`` and
-  ``"7 + 5 = **12**"`` are one mode, ``"12"``; thousands separators and trailing decimal zeros dropped, so
-  ``"1,200.50"`` is ``"1200.5"``), else the last non-empty line with case, surrounding markup and punctuation and a
-  leading ``"the answer is"`` / ``"answer:"`` removed (``"Paris."`` and ``"The answer is paris"`` are one mode).
+  last ``\\boxed{...}`` if there is one; else the number last stated as a result (after ``"answer is"``, ``":"``
+  or ``"="``: ``"A prime below 50: 17"`` gives ``"17"``); else the first number of the last line that holds one (``"17 is a prime below 50."``
+  gives ``"17"``, not the ``50`` the question named); so ``"12"``, ``"12."``, ``"The answer is 12"`` and
+  ``"7 + 5 = **12**"`` are one mode, ``"12"`` (thousands separators, leading zeros and trailing decimal zeros
+  dropped: ``"1,200.50"`` is ``"1200.5"``, ``"07"`` is ``"7"``); else the last non-empty line with case, surrounding
+  markup and punctuation and a leading ``"the answer is"`` / ``"answer:"`` removed (``"Paris."`` and ``"The answer
+  is paris"`` are one mode).
   Use it where a model answers in its own words (chat models); ``first_token`` merges ``"12"`` and ``"13"`` when a
   tokenizer writes one token per digit, and ``last_line`` separates ``"12"`` from ``"12."``.
 """
@@ -62,6 +65,8 @@ ModeKey = Callable[[str, Sequence[int] | None], Hashable | None]
 _BOXED = "\\boxed{"
 # A number: optional sign, digits with optional thousands separators, an optional decimal part or fraction.
 _NUMBER = re.compile(r"(?<![\w.])[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+|/\d+)?")
+# A number stated as a result: after "answer is", ":" or "=", markup between.
+_STATED = re.compile(rf"(?:answer\s+is|[=:])[\s*_$]*({_NUMBER.pattern})", re.IGNORECASE)
 _ANSWER_PREFIX = re.compile(r"^(?:so,?\s+)?(?:the\s+)?(?:final\s+)?answer(?:\s+is)?\s*[:=]?\s*", re.IGNORECASE)
 _MARKUP = " \t*_`$\"'.,;:!?()[]{}"
 
@@ -99,9 +104,13 @@ def boxed(text: str, completion_ids: Sequence[int] | None = None) -> Hashable | 
 
 def _normal_number(number: str) -> str:
     number = number.replace(",", "").replace("−", "-").lstrip("+")
+    sign, number = ("-", number[1:]) if number.startswith("-") else ("", number)
     if "." in number:
         number = number.rstrip("0").rstrip(".")
-    return "0" if number in ("-0", "") else number
+    number = number.lstrip("0")
+    if not number or number.startswith((".", "/")):
+        number = "0" + number
+    return "0" if number == "0" else sign + number
 
 
 def final_answer(text: str, completion_ids: Sequence[int] | None = None) -> Hashable | None:
@@ -111,9 +120,13 @@ def final_answer(text: str, completion_ids: Sequence[int] | None = None) -> Hash
     if answer is not None:
         numbers = _NUMBER.findall(answer)
         return _normal_number(numbers[0]) if len(numbers) == 1 and numbers[0] == answer.strip() else answer
-    numbers = _NUMBER.findall(text)
-    if numbers:
-        return _normal_number(numbers[-1])
+    stated = _STATED.findall(text)
+    if stated:
+        return _normal_number(stated[-1])
+    for line in reversed(text.splitlines()):
+        numbers = _NUMBER.findall(line)
+        if numbers:
+            return _normal_number(numbers[0])
     line = last_line(text)
     if line is None:
         return None

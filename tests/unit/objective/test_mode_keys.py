@@ -68,7 +68,8 @@ def test_boxed(text: str, expected: str | None) -> None:
     [
         ["12", "12.", "The answer is 12", "7 + 5 = **12**", "7 + 5 = 12.", " 12.0\n", "\\boxed{12}", "+12"],
         ["1,200.50", "It costs 1200.5 dollars", "\\boxed{ 1200.50 }"],
-        ["-3", "x = −3.", "so x is -3.00"],
+        ["-3", "x = −3.", "so x is -3.00", "-03"],
+        ["17", "17 is a prime number below 50.", "A prime below 50: 17", "The answer is **17** (below 50)", "017"],
         ["3/4", "The answer is 3/4."],
         ["Paris.", "The answer is paris", "**Paris**", "Answer: PARIS!"],
         ["\\boxed{x+1}", "so \\boxed{ x+1 }"],
@@ -86,6 +87,9 @@ def test_final_answer_gives_every_spelling_of_one_answer_one_mode(spellings: lis
         ("120", "120"),  # trailing zeros of an integer stay
         ("0.0", "0"),
         ("-0", "0"),
+        ("-0.50", "-0.5"),
+        ("000", "0"),
+        ("Step 1: 3 + 4 = 7\nStep 2: 7 x 2 = 14\nSo 14 it is.", "14"),
         ("v1.2 is out", "v1.2 is out"),  # a number inside a word is no number
         ("", None),
         (" \n ", None),
