@@ -23,14 +23,19 @@ Built-in keys (see [`BUILTIN_MODE_KEYS`]):
 - ``"last_line"``: the last non-empty line, stripped.
 - ``"boxed"``: the stripped content of the last ``\\boxed{...}`` whose braces balance (the final-answer
   convention of math data sets); ``None`` when there is none or it is empty.
-- ``"final_answer"``: the final answer of a free-form completion, as a real model writes it: the content of the
-  last ``\\boxed{...}`` if there is one; else the number last stated as a result (after ``"answer is"``, ``":"``
-  or ``"="``: ``"A prime below 50: 17"`` gives ``"17"``); else the first number of the last line that holds one (``"17 is a prime below 50."``
-  gives ``"17"``, not the ``50`` the question named); so ``"12"``, ``"12."``, ``"The answer is 12"`` and
-  ``"7 + 5 = **12**"`` are one mode, ``"12"`` (thousands separators, leading zeros and trailing decimal zeros
-  dropped: ``"1,200.50"`` is ``"1200.5"``, ``"07"`` is ``"7"``); else the last non-empty line with case, surrounding
-  markup and punctuation and a leading ``"the answer is"`` / ``"answer:"`` removed (``"Paris."`` and ``"The answer
-  is paris"`` are one mode).
+- ``"final_answer"``: the final answer of a free-form completion, as a real model writes it:
+
+  - the content of the last ``\\boxed{...}`` if there is one;
+  - else the number last stated as a result, after ``"answer is"``, ``":"`` or ``"="`` (``"A prime below 50: 17"``
+    gives ``"17"``);
+  - else the first number of the last line that holds one (``"17 is a prime below 50."`` gives ``"17"``, not the
+    ``50`` the question named);
+  - else the last non-empty line with case, surrounding markup and punctuation and a leading ``"the answer is"`` /
+    ``"answer:"`` removed (``"Paris."`` and ``"The answer is paris"`` are one mode).
+
+  Numbers are normalized: ``"12"``, ``"12."``, ``"The answer is 12"`` and ``"7 + 5 = **12**"`` are one mode,
+  ``"12"``; thousands separators, leading zeros and trailing decimal zeros are dropped (``"1,200.50"`` is
+  ``"1200.5"``, ``"07"`` is ``"7"``).
   Use it where a model answers in its own words (chat models); ``first_token`` merges ``"12"`` and ``"13"`` when a
   tokenizer writes one token per digit, and ``last_line`` separates ``"12"`` from ``"12."``.
 """
