@@ -17,12 +17,13 @@ import logging
 import pytest
 import torch
 from datasets import Dataset
-from transformers import TrainerCallback, set_seed
+from transformers import set_seed
 from trl import GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer, VLLMColocateBackend
 from maxent_grpo.objective.mode_keys import final_answer
 from maxent_grpo.serving.in_place_reload import RELOAD_LOGGER
+from tests.support.training import TrainingLogs
 
 STEPS = 3
 G = 4
@@ -35,15 +36,6 @@ def prime_below_50(completions, **kwargs):
     """1 when the completion's final number is a prime below 50."""
     texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
     return [float(str(final_answer(text)).isdigit() and int(str(final_answer(text))) in PRIMES) for text in texts]
-
-
-class LogRecorder(TrainerCallback):
-    def __init__(self) -> None:
-        self.logs: list[dict[str, float]] = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs is not None and "loss" in logs:
-            self.logs.append(dict(logs))
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +61,7 @@ def trainer(real_model_dir, tmp_path_factory):
         seed=0,
         disable_tqdm=True,
     )
-    recorder = LogRecorder()
+    recorder = TrainingLogs()
     trainer = MaxEntGRPOTrainer(
         model=str(real_model_dir),
         reward_funcs=prime_below_50,

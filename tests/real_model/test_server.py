@@ -15,12 +15,13 @@ import dataclasses
 import pytest
 import torch
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
+from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 from trl import GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
 from tests.support.real_vllm_server import SharedVLLMServer
 from tests.support.server_logprobs import ProbeAfterEachCall
+from tests.support.training import TrainingLogs
 
 G = 4
 QUESTIONS = [
@@ -36,28 +37,6 @@ def distinct_characters(completions, **kwargs):
     return [len(set(text)) / 10 for text in texts]
 
 
-class StepLogs(TrainerCallback):
-    def __init__(self) -> None:
-        self.logs: list[dict[str, float]] = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs is not None and "loss" in logs:
-            self.logs.append(dict(logs))
-
-
-class KillAndRestartAfterStep(TrainerCallback):
-    """SIGKILLs ``server`` after step ``step`` and starts it again on its port (waited for: ready and warm), so the
-    next step finds a fresh server on the launch weights."""
-
-    def __init__(self, server: SharedVLLMServer, step: int) -> None:
-        self.server, self.step = server, step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            self.server.kill()
-            self.server.restart()
-
-
 @pytest.fixture(scope="module")
 def servers(real_model_dir):
     pair = [SharedVLLMServer(real_model_dir, max_model_len=256).launch() for _ in range(2)]
@@ -69,7 +48,7 @@ def servers(real_model_dir):
 
 
 def server_trainer(model_dir, urls, output_dir, steps, callbacks=(), **overrides):
-    logs = StepLogs()
+    logs = TrainingLogs()
     args = MaxEntGRPOConfig(
         output_dir=str(output_dir),
         per_device_train_batch_size=len(urls) * 2 * G,  # two groups for each server
@@ -134,16 +113,20 @@ def test_one_server_stays_on_policy_and_a_restarted_one_is_synced_again(servers,
     (server, _) = servers
     server.reset()
     steps = 3
-    trainer, logs = server_trainer(
-        real_model_dir, [server.base_url], tmp_path, steps, callbacks=[KillAndRestartAfterStep(server, 1)]
-    )
-    probe = ProbeAfterEachCall(trainer.generation_backend, trainer.model, trainer.processing_class, server.base_url)
+    trainer, logs = server_trainer(real_model_dir, [server.base_url], tmp_path, steps)
+    backend = trainer.generation_backend
+    probe = ProbeAfterEachCall(backend, trainer.model, trainer.processing_class, server.base_url)
     trainer.train()
-    print(f"|server - trained| after each call {probe.to_current}")
     assert_on_policy(logs, steps)
-    assert len(probe.to_current) >= steps and max(probe.to_current) < 1e-3
-    assert min(probe.to_initial[1:]) > 0  # the model moved, and the restarted server with it
-    assert trainer.generation_backend.stats["weight_pushes"] >= steps
+    assert backend.stats["weight_pushes"] == steps and backend.stats["weight_resyncs"] == 0
+    server.kill()  # SIGKILL, then a fresh process on the same port, serving the launch weights
+    server.restart()
+    groups = backend.generate([QUESTIONS[0]], [2])  # the trained version is pushed again before it generates
+    print(f"|server - trained| after each call {probe.to_current}, |server - initial| {probe.to_initial}")
+    assert len(groups[0]) == 2
+    assert backend.stats["weight_resyncs"] == 1 and backend.stats["weight_pushes"] == steps + 1
+    assert len(probe.to_current) == steps + 1 and max(probe.to_current) < 1e-3
+    assert probe.to_initial[-1] > 10 * probe.to_current[-1]  # the launch weights are not what it serves
 
 
 def test_a_pool_of_two_stays_on_policy_on_both_servers(servers, real_model_dir, tmp_path):

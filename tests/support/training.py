@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
+from transformers import TrainerCallback
 
 from maxent_grpo import MaxEntGRPOConfig
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
@@ -76,3 +77,14 @@ def train_in_thread(trainer: Any, timeout: float) -> tuple[Any, list[BaseExcepti
     worker.start()
     worker.join(timeout=timeout)
     return worker, errors
+
+
+class TrainingLogs(TrainerCallback):
+    """Every training step's log (those that hold a loss), in order, in ``logs``."""
+
+    def __init__(self) -> None:
+        self.logs: list[dict[str, float]] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and "loss" in logs:
+            self.logs.append(dict(logs))

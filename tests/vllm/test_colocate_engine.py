@@ -7,22 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, TrainerCallback
+from transformers import AutoModelForCausalLM
 
 from maxent_grpo import MaxEntGRPOTrainer, SamplingSettings, VLLMColocateBackend
 from maxent_grpo.training.generation.backends.colocate_engine import ReloadWeightSync
-from tests.support.training import letter_dataset, tiny_config
+from tests.support.training import TrainingLogs, letter_dataset, tiny_config
 
 STEPS = 4
-
-
-class LogRecorder(TrainerCallback):
-    def __init__(self) -> None:
-        self.logs: list[dict[str, float]] = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs is not None and "loss" in logs:
-            self.logs.append(dict(logs))
 
 
 def distinct_characters(prompts, completions, answer, **kwargs):
@@ -50,7 +41,7 @@ def colocate_config(output_dir, **overrides):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, vllm_model_dir):
     """A trainer that trained STEPS steps through the colocated engine, and its logs."""
-    recorder = LogRecorder()
+    recorder = TrainingLogs()
     trainer = MaxEntGRPOTrainer(
         model=str(vllm_model_dir),
         reward_funcs=distinct_characters,

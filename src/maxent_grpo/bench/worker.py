@@ -21,6 +21,7 @@ from transformers import TrainerCallback
 from maxent_grpo.bench.arms import ARMS
 from maxent_grpo.bench.recipes import build_dataset, build_model
 from maxent_grpo.bench.spec import RunSpec
+from maxent_grpo.config import MaxEntGRPOConfig
 from maxent_grpo.rewards import REWARDS
 from maxent_grpo.trainer import MaxEntGRPOTrainer
 from maxent_grpo.training.generation.backends.colocate_engine import ReloadWeightSync, engine_dtype
@@ -60,7 +61,7 @@ def train(spec: RunSpec) -> dict[str, Any]:
             report_to="trackio",
             trackio_space_id=None,
             trackio_static_space_id=False,
-            **recipe.training,
+            **_same_precision_for_every_arm(recipe.training),
             **arm.config_fields,
         )
         stock_on_cpu_engine = (
@@ -90,6 +91,16 @@ def train(spec: RunSpec) -> dict[str, Any]:
         trainer.train()
         seconds = time.perf_counter() - start
     return {"log_history": trainer.state.log_history, "train_seconds": seconds}
+
+
+def _same_precision_for_every_arm(training: dict[str, Any]) -> dict[str, Any]:
+    """``training`` with ``bf16`` set where the arms' configs would default it differently: with ``use_cpu`` and
+    ``use_vllm`` and no precision given, `MaxEntGRPOConfig` turns bf16 off and TRL's `GRPOConfig` on; every arm then
+    runs in the one MaxEntGRPOConfig chooses, so that the comparison is of the trainers, not of precisions."""
+    unset = "bf16" not in training and not training.get("fp16")
+    if unset and training.get("use_cpu") and training.get("use_vllm"):
+        return {**training, "bf16": MaxEntGRPOConfig(output_dir=".", report_to="none", **training).bf16}
+    return training
 
 
 def _forward_dtype(args: Any) -> str:
