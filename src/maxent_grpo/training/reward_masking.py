@@ -171,9 +171,7 @@ def warn_unscorable_rows(
     if not bool(unscorable.any()):
         return
     row = int(unscorable.nonzero()[0, 0])
-    row_kwargs = {
-        key: value for key, value in inputs[row].items() if key not in ("prompt", "completion", "completion_ids")
-    }
+    row_kwargs = {key: value for key, value in inputs[row].items() if key not in _NOT_REWARD_KWARGS}
     row_kwargs["prompt"], row_kwargs["completion"] = prompts[row], completions[row]
     logger.warning(
         "%s\n%s\nPlease ensure that at least one reward function returns a valid reward. (%d of this process's %d "

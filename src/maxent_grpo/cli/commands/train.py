@@ -123,7 +123,7 @@ def _train_run(argv: Sequence[str]) -> int:
     elif log_file and trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(LineProgressCallback())
     _run(trainer, config)
-    if not full_logs(config):
+    if not full_logs(config) and trainer.accelerator.is_main_process:  # the output folder may be on its disk alone
         trackio = config.project if "trackio" in config.report_to else None
         tiny = model_args.model_name_or_path == inputs.TINY_MODEL
         trainer.accelerator.print(
@@ -136,7 +136,7 @@ def _train_run(argv: Sequence[str]) -> int:
                 vllm_installed=importlib.util.find_spec("vllm") is not None,
             )
         )
-    else:
+    elif full_logs(config):
         trainer.accelerator.print(f"Model saved to {config.output_dir}")
     accelerator = trainer.accelerator
     del trainer  # see `end_training`
