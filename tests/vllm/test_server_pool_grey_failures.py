@@ -87,9 +87,9 @@ def test_a_server_whose_engine_is_stopped_costs_its_share_and_comes_back_on_poli
     caplog.set_level(logging.INFO, logger=POOL_LOGGER)
     faults, logs = StopThenContinue(second_server), StepLogs()
     urls = [shared_server.base_url, second_server.base_url]
-    # Marked down at the stop (call 4), the server is sent canaries 1, 2 and 4 calls apart (calls 5, 7, 11): the run
-    # lasts until the third canary's call and one more.
-    settings = {"max_steps": 12, "generation_step_timeout": 30, "generation_max_retries": 1}
+    # Marked down at the stop (call 4), the verdict agreed by the processes at the next call (5), the server is sent
+    # canaries 1, 2 and 4 calls after it (calls 6, 8, 12): the run lasts until the third canary's call and one more.
+    settings = {"max_steps": 13, "generation_step_timeout": 30, "generation_max_retries": 1}
     trainer = pool_trainer(vllm_model_dir, urls, tmp_path, [faults, logs], **settings)
     pool, probes = probed_pool(trainer, faults)
     try:
@@ -104,7 +104,7 @@ def test_a_server_whose_engine_is_stopped_costs_its_share_and_comes_back_on_poli
     print(f"dropped per step {dropped}; step seconds {[round(s, 1) for s in faults.step_seconds]}")
     print(f"at the stop {stop}; at the continue {resumed}; at the end {end}")
     print(f"|server - trained| per call: server 0 {probes[0].to_current}, server 1 {probes[1].to_current}")
-    assert trainer.state.global_step == 12
+    assert trainer.state.global_step == 13
     assert all(count == 0 for step, count in dropped.items() if step > 4)  # only the first affected step may drop
     assert max(faults.step_seconds) < 120  # bounded by the step's deadline (30 s), never the request timeout
     assert end["servers/1/hangs"] >= 1 and stop["servers/1/hangs"] == 0
