@@ -25,13 +25,14 @@ from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
+from maxent_grpo.rewards import completion_text
 from maxent_grpo.smollm2 import SMOLLM2, smollm2_dir
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 from maxent_grpo.training.generation import step as generation_step
 
 
-def reward_num_unique_chars(completions: list[str], **kwargs: Any) -> list[float]:
-    return [float(len(set(c))) for c in completions]
+def reward_num_unique_chars(completions: list[Any], **kwargs: Any) -> list[float]:
+    return [float(len(set(completion_text(c)))) for c in completions]
 
 
 class PipelineTimer:
