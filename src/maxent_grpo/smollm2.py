@@ -67,9 +67,7 @@ def cache_root() -> Path:
     return Path(base) / "maxent-grpo"
 
 
-def smollm2_dir(
-    cache_dir: str | os.PathLike[str] | None = None, *, report: Callable[[str], None] | None = None
-) -> Path:
+def smollm2_dir(cache_dir: str | Path | None = None, *, report: Callable[[str], None] | None = None) -> Path:
     """The fp32 SmolLM2-135M-Instruct model folder, built on the first call and verified on every call.
 
     Args:

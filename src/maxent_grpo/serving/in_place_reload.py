@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-#: The logger of vLLM's layerwise reload, which warns "<layer class>: Failed to load weights".
+#: The logger of vLLM's layerwise reload, which warns "Failed to load weights" for a layer that got nothing.
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
 _FAILED_LOAD = "%s: Failed to load weights"
 
