@@ -1,8 +1,12 @@
 """Run under `accelerate launch --multi_gpu --num_processes 2` (CPU, gloo): a pool of stand-in servers, some of which
 hang mid-run (``/health`` and ``/weight_info`` still answer; completions and reloads never do).
 
-Usage: probe_pool_hang.py OUTPUT_DIR SERVERS_JSON VARIANT [VARIANT ...]. SERVERS_JSON lists the stand-in servers
-(``[{"url": ..., "pid": ...}, ...]``, switched to hanging and back by ``SIGUSR1``). Each variant, one after another in
+Usage: probe_pool_hang.py OUTPUT_DIR SERVERS_JSON VARIANT [VARIANT ...]. SERVERS_JSON lists the servers
+(``[{"url": ..., "model": ..., "model_dir": ..., "pids": [...], "hang": SIGNAL, "answer": SIGNAL}, ...]``): a server
+hangs when its ``pids`` are sent its ``hang`` signal and answers again on its ``answer`` signal (a stand-in server:
+its own process, ``SIGUSR1`` both ways; a real `vllm` server: its engine core processes, ``SIGSTOP`` then
+``SIGCONT``, which leave its API process and ``/health`` answering). Servers marked ``"stand_in": true`` have no
+``/server_info``. Each variant, one after another in
 the same two processes, trains `STEPS` steps from a fresh trainer (one prompt group per process and step, fewer groups
 than servers): ``two``, a pool of the first two servers, the second of which hangs; ``async``, the same with
 ``async_generation``; ``three``, a pool of all three, the last two of which hang. The servers hang from the end of
@@ -23,12 +27,11 @@ from pathlib import Path
 
 import requests
 import torch
-from transformers import AutoModelForCausalLM, TrainerCallback
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl.generation.vllm_client import VLLMClient
 
 from maxent_grpo import MaxEntGRPOTrainer
 from maxent_grpo.cli.commands.train import end_training
-from maxent_grpo.tiny_model import build_tiny_tokenizer
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config
 
 VARIANTS = {"two": (2, [1], False), "async": (2, [1], True), "three": (3, [1, 2], False)}
@@ -39,7 +42,8 @@ def hang(servers: list[dict], on: bool) -> None:
     """Switch each server's hanging, and wait until a completion request shows it (on: one that is not answered in a
     second; off: one that is answered)."""
     for server in servers:
-        os.kill(server["pid"], signal.SIGUSR1)
+        for pid in server["pids"]:
+            os.kill(pid, signal.Signals[server["hang" if on else "answer"]])
     for server in servers:
         payload = {"model": server["model"], "prompt": [0], "max_tokens": 1}
         for _ in range(30):
@@ -89,7 +93,7 @@ def stand_in_server_info(client: VLLMClient) -> dict:
 
 def train(output_dir: Path, servers: list[dict], variant: str) -> object:
     size, hanging, is_async = VARIANTS[variant]
-    tokenizer = build_tiny_tokenizer()
+    tokenizer = AutoTokenizer.from_pretrained(servers[0]["model_dir"])
     record = Record([servers[k] for k in hanging])
     config = tiny_config(
         output_dir,
@@ -105,7 +109,8 @@ def train(output_dir: Path, servers: list[dict], variant: str) -> object:
         vllm_importance_sampling_correction=is_async,
     )
     model = AutoModelForCausalLM.from_pretrained(servers[0]["model_dir"], dtype=torch.float32)
-    VLLMClient.get_server_info = stand_in_server_info
+    if servers[0].get("stand_in"):
+        VLLMClient.get_server_info = stand_in_server_info
     trainer = MaxEntGRPOTrainer(
         model=model,
         reward_funcs=AlignedTextReward(),

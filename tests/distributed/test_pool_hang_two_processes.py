@@ -37,7 +37,8 @@ def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         servers = []
         for url, process in started.values():
             model = requests.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
-            servers.append({"url": url, "pid": process.pid, "model": model, "model_dir": str(tiny_model_dir)})
+            server = {"url": url, "model": model, "model_dir": str(tiny_model_dir), "stand_in": True}
+            servers.append(server | {"pids": [process.pid], "hang": "SIGUSR1", "answer": "SIGUSR1"})
         (folder / "servers.json").write_text(json.dumps(servers))
         launch = _run_launch(folder, str(folder / "servers.json"), *VARIANTS, probe="probe_pool_hang.py", timeout=900)
         assert launch.clean, launch.report()
@@ -49,8 +50,14 @@ def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_a_hung_server_is_down_on_both_processes_and_costs_no_step_after_the_next(runs, variant):
+    assert_one_verdict(runs[variant], variant)
+
+
+def assert_one_verdict(ranks: list[dict[str, Any]], variant: str, noise: float = STEP_NOISE_SECONDS) -> None:
+    """The checks of both processes' records of ``variant`` (`probe_pool_hang.py`): from the second step after the
+    hang every step within `STEP_RATIO` times a healthy one plus ``noise`` seconds, nothing dropped, the hung servers
+    given nothing while they hung, down on both processes alike and back, with work, after they answered again."""
     _, hanging, is_async = VARIANTS[variant]
-    ranks = runs[variant]
     # The first step whose generation meets the hang: the one after it, whose call is made ahead during it with
     # async_generation.
     first = HANG_AFTER + 1 + is_async
@@ -60,7 +67,7 @@ def test_a_hung_server_is_down_on_both_processes_and_costs_no_step_after_the_nex
         assert len(seconds) == STEPS
         healthy = statistics.median(seconds[1:HANG_AFTER])  # the first step warms up
         print(f"{variant} process {rank}: healthy {healthy:.2f} s; steps {[round(s, 2) for s in seconds]}")
-        bound = STEP_RATIO * healthy + STEP_NOISE_SECONDS
+        bound = STEP_RATIO * healthy + noise
         # From the second step after the hang on.
         slow += [(rank, step, took) for step, took in enumerate(seconds, start=1) if step > first and took > bound]
     assert not slow, f"steps over {STEP_RATIO} times a healthy step: {slow}"

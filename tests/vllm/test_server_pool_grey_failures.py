@@ -1,5 +1,6 @@
-"""Grey failures of a real vLLM server in a pool: its engine stopped while its API process still answers, and a member
-restarted with another model. Training goes on, on-policy, and no prompt is dropped after the first affected step.
+"""Grey failures of a real vLLM server in a pool: its engine stopped while its API process still answers (under one
+training process, and under two gloo processes that must judge it alike), and a member restarted with another model.
+Training goes on, on-policy, and no prompt is dropped after the first affected step.
 
 The two servers are the session's (`shared_server`) and the pool tests' second one (`second_server`).
 """
@@ -7,6 +8,7 @@ The two servers are the session's (`shared_server`) and the pool tests' second o
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -18,6 +20,8 @@ import requests
 from transformers import TrainerCallback
 
 from maxent_grpo.training.generation.backends.vllm_server_pool import VLLMServerPool
+from tests.distributed.test_pool_hang_two_processes import assert_one_verdict
+from tests.distributed.test_two_processes import _run_launch
 from tests.support.real_vllm_server import SharedVLLMServer, VLLMServerProcess
 from tests.support.training import train_in_thread
 from tests.vllm.test_server_pool import POOL_LOGGER, pool_trainer, probed_pool
@@ -114,6 +118,32 @@ def test_a_server_whose_engine_is_stopped_costs_its_share_and_comes_back_on_poli
     assert sum(line.startswith("vLLM server 1") and "marked down (hung)" in line for line in lines) == 1
     for probe in probes:  # every call that brought completions back came from the trained weights
         assert probe.to_current and max(probe.to_current) < 1e-3
+
+
+def test_an_engine_stopped_under_two_processes_is_down_on_both_and_costs_no_step_after_the_next(
+    shared_server, second_server, vllm_model_dir, tmp_path
+):
+    """`tests/distributed/probe_pool_hang.py`'s ``two`` variant on the real servers: two gloo processes, each with its
+    pool of both, the second server's engine core stopped after step 5 and continued after step 9."""
+    servers = []
+    for server in (shared_server, second_server):
+        model = requests.get(f"{server.base_url}/v1/models", timeout=10).json()["data"][0]["id"]
+        pids = engine_processes(server)
+        assert pids, "no engine core process found"
+        servers.append({"url": server.base_url, "model": model, "model_dir": str(vllm_model_dir), "pids": pids})
+        servers[-1] |= {"hang": "SIGSTOP", "answer": "SIGCONT"}
+    (tmp_path / "servers.json").write_text(json.dumps(servers))
+    try:
+        launch = _run_launch(tmp_path, str(tmp_path / "servers.json"), "two", probe="probe_pool_hang.py", timeout=900)
+    finally:
+        for pid in servers[1]["pids"]:  # a launch that failed mid-hang leaves no stopped engine for the next test
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert launch.clean, launch.report()
+    ranks = [json.loads((tmp_path / "two" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    # A real engine's step varies more than a stand-in's on a loaded machine (healthy steps of 1.2 s here, 0.9-1.4 s
+    # after the return); waiting on the stopped one costs the hedge (5 s) or the request timeout (8 s).
+    assert_one_verdict(ranks, "two", noise=0.5)
 
 
 class RestartWithAnotherModel(TrainerCallback):
