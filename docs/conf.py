@@ -66,7 +66,7 @@ nitpick_ignore_regex = [
     (r"py:.*", rf"({'|'.join(_EXTERNAL_PACKAGES)})(\..*)?"),
     (r"py:.*", rf"({'|'.join(_EXTERNAL_SHORT_NAMES)})"),
     # The standard library (no inventory of docs.python.org either).
-    (r"py:.*", r"(collections\.abc|pathlib|asyncio|logging|concurrent\.futures)\..*"),
+    (r"py:.*", r"(abc|collections\.abc|pathlib|asyncio|logging|concurrent\.futures)\..*"),
     # Internal types of the generation step that are not on the API pages (its data flow is on the design page), and
     # the HTTP transport's answer type.
     (

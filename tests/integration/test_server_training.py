@@ -166,10 +166,12 @@ def test_vllm_structured_outputs_regex_constrains_what_the_server_backend_genera
         )
         # The backend `use_vllm=True, vllm_mode="server"` builds, TRL's weight sync stubbed (no vLLM installed here).
         trainer.use_vllm, trainer.vllm_mode = True, "server"
-        trainer.vllm_generation = SimpleNamespace(sync_weights=lambda: None)
+        pushes: list[str] = []
+        trainer.vllm_generation = SimpleNamespace(sync_weights=lambda: pushes.append("nccl"))
         trainer.generation_backend = build_backend(trainer)
         assert isinstance(trainer.generation_backend, VLLMServerBackend)
         trainer.train()
+    assert pushes == ["nccl"]  # TRL's push, before the one step's generation
     assert len(seen) == 4 and any(seen)
     assert all(re.fullmatch("[ab]*", completion) for completion in seen), seen
 

@@ -16,21 +16,23 @@ wait for the weight version another process pushes that ran out its bound (`weig
 out at the step's deadline while other servers answered, is a hang; any other infrastructure failure a failure; a
 configuration error naming the model (404) while the server now serves another model, a wrong model. Each marks the
 server down for that reason, from the next call on every training process (`pool_members.agree`).
+
+A call knows its pool only as a `Pool`: what it asks of it, which `VLLMServerPool` provides; the pool imports the
+call, never the other way round.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from collections.abc import Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from maxent_grpo.training.generation.backends.pool_members import Member
+from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
 from maxent_grpo.training.generation.contract.protocol import Completion
 from maxent_grpo.training.generation.server_client.transport import VLLMServerUnavailableError
-
-if TYPE_CHECKING:
-    from maxent_grpo.training.generation.backends.vllm_server_pool import VLLMServerPool
 
 #: A lagging server's groups are sent again once the call has lasted this many times the slowest full answer so far.
 HEDGE_AFTER = 3.0
@@ -64,6 +66,44 @@ class WrongModel(RuntimeError):
         self.served = served
 
 
+class Pool(Protocol):
+    """What a `PoolCall` asks of its pool (`VLLMServerPool`'s members of these names): the servers, their standing
+    (`Member`) and the threads their calls run on; the step's deadline and the cutting off of calls; each server's
+    ``generate``; and where the call reports what it saw (answers, completions, hedges, servers down)."""
+
+    @property
+    def servers(self) -> Sequence[VLLMServerBackend]: ...
+
+    @property
+    def members(self) -> Sequence[Member]: ...
+
+    @property
+    def executor(self) -> Executor: ...
+
+    @property
+    def deadline(self) -> float | None: ...
+
+    def set_deadline(self, deadline: float | None) -> None: ...
+
+    def cut_off(self, indices: Iterable[int]) -> None: ...
+
+    def member_generate(self, k: int, prompts: list[Any], counts: list[int]) -> list[list[Completion]]: ...
+
+    def judge(self, k: int, outcome: Outcome) -> bool | None: ...
+
+    def answered(self, k: int, completions: int, seconds: float) -> None: ...
+
+    def count_completions(self, k: int, amount: int) -> None: ...
+
+    def count_hedge(self, k: int) -> None: ...
+
+    def abandoned(self, k: int, call: Future[Any], cause: str) -> None: ...
+
+    def wrong_model(self, k: int, served: list[str]) -> None: ...
+
+    def mark_down(self, k: int, reason: str, cause: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class _Send:
     server: int  # who is asked
@@ -75,7 +115,7 @@ class PoolCall:
     """One ``generate`` call of ``pool``: see the module docstring.
 
     Args:
-        pool: the pool.
+        pool: the pool (`Pool`).
         shares: server -> the prompt indices it is given.
         prompts: the call's prompts.
         counts: completions asked per prompt.
@@ -84,7 +124,7 @@ class PoolCall:
 
     def __init__(
         self,
-        pool: VLLMServerPool,
+        pool: Pool,
         shares: dict[int, list[int]],
         prompts: Sequence[Any],
         counts: Sequence[int],

@@ -24,6 +24,7 @@ from maxent_grpo.training.generation.contract.protocol import GenerationBackend
 from maxent_grpo.training.generation.contract.sampling import SamplingSettings
 from maxent_grpo.training.generation.weights.directory import WeightDirectory
 from maxent_grpo.training.generation.weights.location import is_memory_backed, weights_root
+from maxent_grpo.training.generation.weights.nccl import NCCLTransfer
 
 
 def _transformers(trainer: Any) -> GenerationBackend:
@@ -152,7 +153,7 @@ def _vllm_server(trainer: Any) -> GenerationBackend:
         request_timeout=args.vllm_request_timeout,
         max_attempts=args.vllm_request_attempts,
         connection_timeout=args.vllm_server_timeout,
-        weight_sync=None if disk else generation.sync_weights,
+        weight_transfer=None if disk else NCCLTransfer(generation),
         weights_directory=weights_directory(trainer) if disk else None,
         weight_source=trl_parameter_walk,
         api_key=server_api_key(args),

@@ -42,7 +42,8 @@ is answered. A server that restarted serving another model than before (``GET /v
 push) is noticed before it is sent the training weights: `ServedModelChanged`.
 
 The HTTP side (connecting, retries, backoff) is `server_client.transport`, the request bodies and the reading of
-answers `server_client.wire`, and the weight versions `weights.server_sync`; this module puts them together.
+answers `server_client.wire`, and the weight transfer `weights.transfer` (one type per transfer, picked when the
+backend is built); this module puts them together.
 """
 
 from __future__ import annotations
@@ -82,8 +83,11 @@ from maxent_grpo.training.generation.server_client.wire import (
     group_size_problem,
     parse_choice,
 )
+from maxent_grpo.training.generation.weights.callable_push import CallablePush
 from maxent_grpo.training.generation.weights.directory import WeightDirectory
+from maxent_grpo.training.generation.weights.no_transfer import NoTransfer
 from maxent_grpo.training.generation.weights.server_sync import ServerWeightSync, WeightSource, parameters
+from maxent_grpo.training.generation.weights.transfer import WeightTransfer
 
 logger = logging.getLogger(__name__)
 
@@ -162,9 +166,11 @@ class VLLMServerBackend:
         weight_source: with ``weights_directory``, the model's tensors under vLLM's names; default
             ``model.named_parameters()``. The trainer passes TRL's parameter walk, which gathers DeepSpeed ZeRO-3 and
             FSDP shards and merges PEFT adapters.
-        weight_sync: a push of your own, called by `sync_weights` (the trainer passes TRL's NCCL push,
-            ``VLLMGeneration.sync_weights``, for ``vllm_weight_transfer="nccl"``). Without it or ``weights_directory``
-            the server keeps its own weights and generation is off-policy; a warning says so once.
+        weight_sync: a push of your own, taking no arguments, called by `sync_weights` (`CallablePush`).
+        weight_transfer: a `WeightTransfer` of your own (the trainer passes `NCCLTransfer`, TRL's NCCL push, for
+            ``vllm_weight_transfer="nccl"``). Without it, ``weight_sync`` or ``weights_directory`` the server keeps its
+            own weights and generation is off-policy (`NoTransfer`); a warning says so once. At most one of the three
+            may be given.
         api_key: the server's key (``maxent-grpo vllm-serve --api-key``, vLLM's ``VLLM_API_KEY``): every request,
             the weight push's included, carries it as ``Authorization: Bearer <key>``. None: no key.
 
@@ -200,6 +206,7 @@ class VLLMServerBackend:
         max_concurrency: int = 16,
         connection_timeout: float = 60.0,
         weight_sync: Callable[[], None] | None = None,
+        weight_transfer: WeightTransfer | None = None,
         weights_directory: str | Path | WeightDirectory | None = None,
         weight_delta: bool = False,
         weight_source: WeightSource = parameters,
@@ -211,10 +218,11 @@ class VLLMServerBackend:
             raise ValueError("tokenizer must be the training tokenizer, got None")
         if weight_sync is not None and not callable(weight_sync):
             raise ValueError(f"weight_sync must be a callable taking no arguments or None, got {weight_sync!r}")
-        if weight_sync is not None and weights_directory is not None:
-            raise ValueError(
-                "give weight_sync (a push of your own) or weights_directory (the disk transport), not both"
-            )
+        if weight_transfer is not None and not isinstance(weight_transfer, WeightTransfer):
+            raise ValueError(f"weight_transfer must be a WeightTransfer or None, got {weight_transfer!r}")
+        ways = {"weight_sync": weight_sync, "weight_transfer": weight_transfer, "weights_directory": weights_directory}
+        if len(given := [name for name, way in ways.items() if way is not None]) > 1:
+            raise ValueError(f"give one way for the weights to reach the server, not {' and '.join(given)}")
         self.base_url = base_url.rstrip("/")
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
@@ -227,12 +235,9 @@ class VLLMServerBackend:
         self.backoff_seconds = check_number("backoff_seconds", backoff_seconds, low=0.0)
         self.max_concurrency = check_int("max_concurrency", max_concurrency, low=1)
         self.connection_timeout = check_number("connection_timeout", connection_timeout, low=0.0)
-        self.weight_sync = weight_sync
 
         self.stats: dict[str, float] = dict.fromkeys(_STAT_KEYS, 0) | dict.fromkeys(_SECONDS_KEYS, 0.0)
         self._stats_lock = threading.Lock()
-        self._warned_off_policy = False
-        self._staged_model: torch.nn.Module | None = None  # staged without weights_directory: synced at publish
         self._check = CompletionCheck(self.vocab_size)
         self._rejected: set[tuple[int, ...]] = set()
         self._hung = False  # a request was given up on its own timeout: a canary must be answered first
@@ -247,26 +252,43 @@ class VLLMServerBackend:
             log=logger,
         )
         self._transport.session.headers.update(authorization_headers(api_key))
-        self._weights = (
-            None
-            if weights_directory is None
-            else ServerWeightSync(
-                self.base_url,
-                self._transport.session,
-                weights_directory
-                if isinstance(weights_directory, WeightDirectory)
-                else WeightDirectory(weights_directory, delta=weight_delta),
-                source=weight_source,
-                request_timeout=self.request_timeout,
-                max_attempts=self.max_attempts,
-                backoff=self._transport.backoff,
-                time_left=self._transport.time_left,
-                count=self._count,
-                cancelled=lambda: self._transport.abandoned,
-                before_push=self._check_model_unchanged,
-            )
+        self._weights = self._chosen_transfer(
+            weight_sync, weight_transfer, weights_directory, weight_delta=weight_delta, weight_source=weight_source
         )
         self._seeds = RequestSeeds(sampling.seed, sampling.process_index)
+
+    def _chosen_transfer(
+        self,
+        weight_sync: Callable[[], None] | None,
+        weight_transfer: WeightTransfer | None,
+        weights_directory: str | Path | WeightDirectory | None,
+        *,
+        weight_delta: bool,
+        weight_source: WeightSource,
+    ) -> WeightTransfer:
+        """The one way the weights reach the server, from the constructor's arguments (at most one of the first three
+        given)."""
+        if weight_transfer is not None:
+            return weight_transfer
+        if weight_sync is not None:
+            return CallablePush(weight_sync)
+        if weights_directory is None:
+            return NoTransfer(self.base_url)
+        return ServerWeightSync(
+            self.base_url,
+            self._transport.session,
+            weights_directory
+            if isinstance(weights_directory, WeightDirectory)
+            else WeightDirectory(weights_directory, delta=weight_delta),
+            source=weight_source,
+            request_timeout=self.request_timeout,
+            max_attempts=self.max_attempts,
+            backoff=self._transport.backoff,
+            time_left=self._transport.time_left,
+            count=self._count,
+            cancelled=lambda: self._transport.abandoned,
+            before_push=self._check_model_unchanged,
+        )
 
     # ----------------------------------------------------------------------------------------------------- public
 
@@ -282,7 +304,7 @@ class VLLMServerBackend:
         seeds = self._seeds.next_call(len(asked))
         if not asked:
             # Another process may be waiting for this one to push.
-            if weights is not None and weights.pusher and self._transport.time_left() > 0 and not weights.ensure():
+            if self._transport.time_left() > 0 and not weights.ensure(wait=False):
                 self._not_serving(weights, "no prompt")
             return groups
         if self._transport.time_left() <= 0:
@@ -303,7 +325,7 @@ class VLLMServerBackend:
         if model is None:
             return groups
         timeouts = self.stats["timeouts"]
-        if weights is not None and not weights.ensure():
+        if not weights.ensure():
             self._not_serving(weights, f"{len(asked)} prompt(s)")
             return groups
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(asked))) as executor:
@@ -314,7 +336,7 @@ class VLLMServerBackend:
             for i, future in zip(asked, futures, strict=True):
                 groups[i] = self._result_or_cancel(future, futures)
         self._hung = self._hung or self.stats["timeouts"] > timeouts
-        if weights is None or weights.version is None or self._transport.abandoned:
+        if weights.version is None or self._transport.abandoned:
             return groups
         if not weights.still_serves():
             return self._stale(groups, weights.version)
@@ -388,7 +410,7 @@ class VLLMServerBackend:
             self._transport.forget_model()
             raise ServedModelChanged(self.base_url, before, served)
 
-    def _not_serving(self, weights: ServerWeightSync, what: str) -> None:
+    def _not_serving(self, weights: WeightTransfer, what: str) -> None:
         """Count and log a call that sends ``what`` nothing because the server does not serve the trainer's version:
         out of time when the step's deadline ended its push, an infrastructure failure otherwise (nothing once the
         call was abandoned)."""
@@ -425,14 +447,16 @@ class VLLMServerBackend:
     def weight_version(self) -> str | None:
         """With ``weights_directory``: the version of the latest training weights `sync_weights` wrote, which the
         server must serve before it generates (None before the first sync, and without ``weights_directory``)."""
-        return None if self._weights is None else self._weights.version
+        return self._weights.version
 
     def adopt_weight_version(self, version: str) -> None:
         """Serve ``version``, written into the same ``weights_directory`` by another backend (a `VLLMServerPool`
         writes each version once, through its first server's backend): this server is checked to serve it, and loads
-        it, before it generates, as after `sync_weights`."""
-        if self._weights is None:
-            raise ValueError("adopt_weight_version needs the disk transport (weights_directory)")
+        it, before it generates, as after `sync_weights`.
+
+        Raises:
+            ValueError: the backend has no ``weights_directory`` (only the disk transfer keeps versions).
+        """
         self._weights.adopt(version)
 
     def set_deadline(self, deadline: float | None) -> None:
@@ -441,50 +465,31 @@ class VLLMServerBackend:
         self._transport.deadline = deadline
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """Make the training weights the ones the server must serve: with ``weights_directory``, write them as a new
-        version (loaded into the server before the next generation call); with ``weight_sync``, push them through it.
+        """Make the training weights the ones the server must serve, by the backend's weight transfer: with
+        ``weights_directory``, write them as a new version (loaded into the server before the next generation call);
+        with ``weight_sync`` or ``weight_transfer``, push them through it.
 
-        Without either there is no way to update the server from here: it keeps the weights it was started
+        Without any there is no way to update the server from here: it keeps the weights it was started
         with, every completion comes from that fixed policy (off-policy generation), and a warning says so once.
         """
-        if self._weights is not None:
-            self._weights.write(model)
-            return
-        if self.weight_sync is not None:
-            self.weight_sync()
-            return
-        if not self._warned_off_policy:
-            self._warned_off_policy = True
-            logger.warning(
-                "VLLMServerBackend has no weights_directory or weight_sync: the server keeps its own weights: "
-                "generation is off-policy "
-                "(completions come from the model the server at %s was started with).",
-                self.base_url,
-            )
+        self._weights.write(model)
 
     def stage_weights(self, model: torch.nn.Module) -> None:
         """With ``weights_directory``: write the training weights as the next version, while a call from the version
         before may still be in flight; `publish_staged_weights` then makes it the version the server must serve.
         Without it nothing is written yet: `publish_staged_weights` does the whole `sync_weights` of ``model``."""
-        if self._weights is not None:
-            self._weights.stage(model)
-        else:
-            self._staged_model = model
+        self._weights.stage(model)
 
     def publish_staged_weights(self) -> None:
         """Make the version `stage_weights` wrote the one the server must serve (no call of this backend may be in
         flight); without ``weights_directory``, `sync_weights` of the staged model."""
-        if self._weights is not None:
-            self._weights.publish()
-        elif (model := self._staged_model) is not None:
-            self._staged_model = None
-            self.sync_weights(model)
+        self._weights.publish()
 
     @property
     def disk_weights(self) -> ServerWeightSync | None:
         """The disk transport's versions on this server (`ServerWeightSync`: what the last write and push took, too),
         or None without ``weights_directory``."""
-        return self._weights
+        return self._weights if isinstance(self._weights, ServerWeightSync) else None
 
     def cancel_requests(self) -> None:
         """Cut off every request in flight now (weight pushes included); each ends as an infrastructure failure, and

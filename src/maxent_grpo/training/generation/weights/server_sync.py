@@ -51,6 +51,7 @@ from maxent_grpo.training.generation.contract.protocol import GenerationStopped
 from maxent_grpo.training.generation.server_client.http_deadline import TRANSIENT_ERRORS, Answer, exchange
 from maxent_grpo.training.generation.server_client.transport import is_timeout
 from maxent_grpo.training.generation.weights.directory import WeightDirectory
+from maxent_grpo.training.generation.weights.transfer import WeightTransfer
 
 logger = logging.getLogger(__name__)
 
@@ -107,8 +108,8 @@ def _shared_token() -> str:
     return box[0]
 
 
-class ServerWeightSync:
-    """The weight versions of one trainer process on one vLLM server; see the module docstring.
+class ServerWeightSync(WeightTransfer):
+    """The disk transfer: the weight versions of one trainer process on one vLLM server; see the module docstring.
 
     Args:
         base_url: the server's root URL.
@@ -227,16 +228,20 @@ class ServerWeightSync:
         trainer's version: this server must serve it before it generates."""
         self.version = version
 
-    def ensure(self) -> bool:
+    def ensure(self, wait: bool = True) -> bool:
         """Whether the server serves the trainer's version, once the pusher has pushed it if needed.
 
         False when the server cannot be reached or (on another process) has not come to serve it in time: generate
-        nothing then. Raises `WeightsRefused` when the server keeps refusing the weights.
+        nothing then. With ``wait`` False (a call with no prompt, made so that the pusher pushes for the processes
+        that have prompts) another process returns True at once. Raises `WeightsRefused` when the server keeps
+        refusing the weights.
         """
         if self.version is None:  # nothing written yet: the server's launch weights are the model's
             return True
         if self.pusher and self.version not in self._pushed:  # a new version: no server can be serving it yet
             return self._push(None)
+        if not (self.pusher or wait):
+            return True
         served = self.served_version()
         if served == self.version:
             return True
