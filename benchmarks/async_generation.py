@@ -150,8 +150,8 @@ def wait_for_quiet(cores: Sequence[int], timeout: float) -> float:
 
 
 def start_server(model_dir: Path, port: int, core: int, max_model_len: int) -> subprocess.Popen[bytes]:
-    from maxent_grpo.bench.pinned_server import start_pinned_server
     from maxent_grpo.cli.commands.vllm_serve import wait_until_ready
+    from maxent_grpo_experiments.pinned_server import start_pinned_server
 
     server = start_pinned_server(model_dir, port, core, max_model_len)
     problem = wait_until_ready(server, f"http://127.0.0.1:{port}", 900)

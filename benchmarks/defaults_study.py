@@ -3,7 +3,7 @@
 The targets, per task: MaxEnt's mean reward of the sampled answers at most 0.01 below stock GRPO's (paired by seed),
 and an answer entropy of at least 0.95 (the entropy of the correct answers' empirical distribution over ln of their
 number: 1.0 is every correct answer equally often). The tasks are the single-prompt tasks of
-`maxent_grpo.bench.answer_tasks`, each trained from the same seeded tiny model by every arm:
+`maxent_grpo_experiments.answer_tasks`, each trained from the same seeded tiny model by every arm:
 
 - ``vowel``: "pick a vowel:", five correct one-character answers, 2-token completions (the mode-coverage task);
 - ``four``: "pick 1, 2, 3 or 4:", four correct one-token answers, 1-token completions; no setting of the objective
@@ -35,9 +35,9 @@ clipped to [0, 1].
                                         [--output-dir DIR | --update-results]
 
 ``--workers N`` runs N seeds side by side in forked processes (each seed's runs do not depend on the others, so the
-figures are those of one process; `maxent_grpo.bench.seed_processes`). It writes ``defaults_study.json`` (settings
-with the MaxEnt fields each variant ran with on each task, every run, per task and arm the figures over seeds, per
-task and variant the paired reward difference and both verdicts, per variant the targets it misses) and
+figures are those of one process; `maxent_grpo_experiments.seed_processes`). It writes ``defaults_study.json``
+(settings with the MaxEnt fields each variant ran with on each task, every run, per task and arm the figures over
+seeds, per task and variant the paired reward difference and both verdicts, per variant the targets it misses) and
 ``defaults_study.png`` (per task: reward minus GRPO's against answer entropy, one point per variant with its
 intervals, the target region shaded) into ``outputs/benchmarks/defaults_study`` (``--update-results``: the committed
 ``benchmarks/results/defaults_study``, which docs/benchmarks/defaults.md shows). With the defaults it takes about 6
@@ -61,13 +61,14 @@ import matplotlib.pyplot as plt
 import torch
 from transformers.utils import logging as hf_logging
 
-from maxent_grpo.bench.answer_tasks import TASKS
-from maxent_grpo.bench.config_override import maxent_override
 from maxent_grpo.bench.output import add_output_arguments
-from maxent_grpo.bench.over_seeds import format_difference, paired_differences, summarize_runs
-from maxent_grpo.bench.seed_processes import map_seeds
-from maxent_grpo.bench.single_prompt import StepRecorder
 from maxent_grpo.config import MaxEntGRPOConfig
+from maxent_grpo_experiments.answer_tasks import TASKS
+from maxent_grpo_experiments.config_override import maxent_override
+from maxent_grpo_experiments.over_seeds import format_difference, paired_differences, summarize_runs
+from maxent_grpo_experiments.seed_processes import map_seeds
+from maxent_grpo_experiments.single_prompt import maxent_run_settings, train_and_sample, training_settings
+from maxent_grpo_experiments.step_recorder import StepRecorder
 
 COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "defaults_study"
 #: The targets of the study: reward at most this far below GRPO's, and at least this answer entropy.
@@ -159,7 +160,7 @@ def variant_settings(task: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Every field of `VARIANT_FIELDS` a variant runs with on ``task``: the config default, unless the task or
     ``overrides`` sets it (the record of what "the defaults" were)."""
     defaults = {name: getattr(MaxEntGRPOConfig, name) for name in VARIANT_FIELDS}
-    return {**defaults, **TASKS[task].task.maxent_run_settings(overrides)}
+    return {**defaults, **maxent_run_settings(TASKS[task].task, overrides)}
 
 
 def run_seed(seed: int, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -171,7 +172,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> list[dict[str, Any]]:
             started = time.perf_counter()
             recorder = StepRecorder(answer_task.reward)
             kind = "grpo" if method == "grpo" else "maxent"
-            answers = answer_task.task.train_and_sample(kind, seed, args.steps, overrides, recorder, {}, args.samples)
+            answers = train_and_sample(answer_task.task, kind, seed, args.steps, overrides, recorder, {}, args.samples)
             figures = answer_task.evaluate(answers)
             seconds = time.perf_counter() - started
             print(
@@ -270,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     "prompt": TASKS[name].task.prompt,
                     "mode_key": TASKS[name].task.mode_key,
                     "correct": sorted(TASKS[name].correct),
-                    **TASKS[name].task.training_settings(),
+                    **training_settings(TASKS[name].task),
                 }
                 for name in args.tasks
             },

@@ -6,11 +6,11 @@ model's rare modes alive through training and so solves more held-out prompts at
 entropy options, which spread probability over every token of an exact derivation rather than over the modes. The
 pre-registered predictions and how they could fail are on docs/benchmarks/minority-routes.md, written before the run.
 
-Task (`maxent_grpo.bench.route_derivations`): a prompt "abcd:" asks for a running total in which exactly one of b, c, d
-is subtracted, each total on two digits, then the total on a last line: three routes, R1 = a+b+c-d, R2 = a+b-c+d,
-R3 = a-b+c+d ("5310:" -> "5+3=08-1=07+0=07\\n07" on R2; twenty tokens with EOS). A route is valid only if every
-running total is at least 0; reward 1.0 only for the exact chain of a valid route and its total. The 3060 prompts on
-which every route is valid are trained on; the 72 held-out prompts are 24 per route on which only that route is
+Task (`maxent_grpo_experiments.route_derivations`): a prompt "abcd:" asks for a running total in which exactly one of
+b, c, d is subtracted, each total on two digits, then the total on a last line: three routes, R1 = a+b+c-d, R2 =
+a+b-c+d, R3 = a-b+c+d ("5310:" -> "5+3=08-1=07+0=07\\n07" on R2; twenty tokens with EOS). A route is valid only if
+every running total is at least 0; reward 1.0 only for the exact chain of a valid route and its total. The 3060 prompts
+on which every route is valid are trained on; the 72 held-out prompts are 24 per route on which only that route is
 valid; 24 training prompts form the probe set.
 
 Base model: per seed, the tiny offline Qwen2 model (`maxent_grpo.tiny_model`, character tokenizer over the digits,
@@ -22,12 +22,13 @@ route: its role.
 
 From that base, with the same budget (``--steps`` optimizer steps of ``--prompts-per-step`` prompts x 8 completions of
 at most 20 tokens, learning rate 5e-4 with TRL's linear decay, beta 0, temperature 1): the TRL arms of
-`maxent_grpo.bench.trl_baselines` (stock GRPO; a fixed ``entropy_coef``, the best of ``--entropy-grid`` by
-`maxent_grpo.bench.entropy_grid`: the most distinct exact routes per probe prompt among the coefficients whose training
-reward is within 0.01 of GRPO's, on the same seeds; TRL's adaptive entropy bonus; ``top_entropy_quantile=0.2``) and
-MaxEnt listwise at the config defaults (only ``maxent_objective="listwise"`` and ``maxent_mode_key="last_line"``, plus
-any ``--maxent FIELD=VALUE`` override), interleaved per seed in one process; MaxEnt's difference to each other method
-is taken seed by seed with its 95% t interval (`maxent_grpo.bench.over_seeds`).
+`maxent_grpo_experiments.trl_baselines` (stock GRPO; a fixed ``entropy_coef``, the best of ``--entropy-grid`` by
+`maxent_grpo_experiments.entropy_grid`: the most distinct exact routes per probe prompt among the coefficients whose
+training reward is within 0.01 of GRPO's, on the same seeds; TRL's adaptive entropy bonus;
+``top_entropy_quantile=0.2``) and MaxEnt listwise at the config defaults (only ``maxent_objective="listwise"`` and
+``maxent_mode_key="last_line"``, plus any ``--maxent FIELD=VALUE`` override), interleaved per seed in one process;
+MaxEnt's difference to each other method is taken seed by seed with its 95% t interval
+(`maxent_grpo_experiments.over_seeds`).
 
 Figures of a run: on the held-out prompts, exact pass@k from the logits (primary: p = P(chain, newline, total, EOS) of
 the prompt's valid route, pass@k = 1 - (1 - p)^k) and the unbiased pass@k from ``--samples`` samples, overall and per
@@ -54,7 +55,6 @@ default; ``--update-results`` replaces the committed ``benchmarks/results/minori
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from collections.abc import Mapping, Sequence
@@ -68,14 +68,15 @@ import matplotlib.pyplot as plt
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from maxent_grpo.bench import held_out
-from maxent_grpo.bench.from_base import pretrain_base as pretrain
-from maxent_grpo.bench.held_out_experiment import HeldOutTask, run_benchmark
-from maxent_grpo.bench.held_out_methods import method_labels
-from maxent_grpo.bench.held_out_options import parse_held_out_args
-from maxent_grpo.bench.held_out_report import figure_cell
-from maxent_grpo.bench.pass_at_k import mean_pass_at_k
-from maxent_grpo.bench.route_derivations import (
+from maxent_grpo.rewards import completion_text
+from maxent_grpo_experiments import held_out
+from maxent_grpo_experiments.held_out_experiment import HeldOutTask, run_benchmark
+from maxent_grpo_experiments.held_out_methods import method_labels
+from maxent_grpo_experiments.held_out_options import HeldOutCommand
+from maxent_grpo_experiments.held_out_report import figure_cell
+from maxent_grpo_experiments.held_out_setup import KS, HeldOutSetup
+from maxent_grpo_experiments.pass_at_k import mean_pass_at_k
+from maxent_grpo_experiments.route_derivations import (
     OPERATOR_POSITIONS,
     ROLES,
     completion,
@@ -89,25 +90,40 @@ from maxent_grpo.bench.route_derivations import (
     training_prompts,
     valid_routes,
 )
-from maxent_grpo.rewards import completion_text
-from maxent_grpo.tiny_model import build_tiny_tokenizer
 
-NAME = "minority_routes"
-COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / NAME
-KS = (1, 4, 16, 64, 256)
-ALPHABET = "0123456789+-=:\n"
-HIDDEN_SIZE = 128
-NUM_LAYERS = 2
-#: Tokens of a completion: the chain's sixteen characters, the newline, the total's two, and EOS.
-COMPLETION_LENGTH = 20
 NUM_GENERATIONS = 8
 LEARNING_RATE = 5e-4
 
-#: The base model's supervised run: corpus per training prompt and its wrong share, steps and batch.
-CORPUS = {"per_prompt": 8, "wrong_fraction": 0.2}
-PRETRAIN_STEPS = 1000
-PRETRAIN_BATCH = 256
-PRETRAIN_LR = 3e-3
+
+def correct_completions(prompt: str) -> tuple[str, ...]:
+    """The completions `grade` accepts: one per valid route of ``prompt``."""
+    return tuple(completion(prompt, route) for route in valid_routes(prompt))
+
+
+#: The tiny model over the digits, "+", "-", "=", ":" and the newline, completions of twenty tokens that end with EOS
+#: (the chain's sixteen characters, the newline, the total's two), and the base model's supervised run on the corpus
+#: of the training prompts.
+SETUP = HeldOutSetup(
+    alphabet="0123456789+-=:\n",
+    hidden_size=128,
+    num_layers=2,
+    completion_length=20,
+    corpus_prompts=corpus_prompts(),
+    sample_corpus=sample_corpus,
+    corpus={"per_prompt": 8, "wrong_fraction": 0.2},
+    correct_completions=correct_completions,
+    stops=True,
+    pretrain_steps=1000,
+)
+
+COMMAND = HeldOutCommand(
+    script=__file__,
+    docstring=__doc__,
+    steps=96,
+    samples=256,
+    samples_help=f"completions sampled per held-out and per probe prompt (n >= {max(KS)})",
+    maxent_example="maxent_tau=0.5",
+)
 
 #: The per-role figures of a run: held-out exact and sampled pass@k, route probability and route-conditional
 #: exactness on the held-out prompts that need the role's route, and the role's share of the probe samples.
@@ -134,51 +150,6 @@ def route_reward(completions: list, prompts: list, **kwargs: Any) -> list[float]
     return [float(grade(completion_text(p), completion_text(c)).correct) for p, c in pairs]
 
 
-def pretrain_base(tokenizer: PreTrainedTokenizerBase, seed: int) -> PreTrainedModel:
-    """The seed's base model: the tiny model after a short supervised run on the seed's corpus (loss on the
-    completion and its EOS)."""
-    return pretrain(
-        tokenizer,
-        sample_corpus(corpus_prompts(), seed=seed, **CORPUS),
-        seed=seed,
-        hidden_size=HIDDEN_SIZE,
-        num_layers=NUM_LAYERS,
-        completion_length=COMPLETION_LENGTH,
-        steps=PRETRAIN_STEPS,
-        batch=PRETRAIN_BATCH,
-        learning_rate=PRETRAIN_LR,
-        append_eos=True,
-    )
-
-
-def sample(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], n: int, seed: int
-) -> list[list[str]]:
-    """``n`` completions per prompt at temperature 1, up to the first EOS, other special tokens kept by name (so a
-    completion is correct only if its tokens spell a correct one and then stop)."""
-    return held_out.sample(
-        model, tokenizer, prompts, n, seed, max_new_tokens=COMPLETION_LENGTH, keep_special_tokens=True
-    )
-
-
-def correct_completions(prompt: str) -> tuple[str, ...]:
-    """The completions `grade` accepts: one per valid route of ``prompt``."""
-    return tuple(completion(prompt, route) for route in valid_routes(prompt))
-
-
-def correct_probabilities(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]
-) -> list[float]:
-    """Per prompt, the exact probability of sampling a correct completion: the sum over its valid routes of
-    P(chain, newline, total, EOS | prompt)."""
-    return held_out.correct_probabilities(model, tokenizer, prompts, correct_completions, append_eos=True)
-
-
-def exact_pass_at_k(probabilities: Sequence[float]) -> dict[str, float]:
-    """Mean over prompts of the model's own pass@k, ``1 - (1 - p) ** k``, for every k of `KS`."""
-    return held_out.exact_pass_at_k(probabilities, KS)
-
-
 def route_factors(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pairs: Sequence[tuple[str, str]]
 ) -> list[tuple[float, float]]:
@@ -186,8 +157,9 @@ def route_factors(
     the route's exact completion (EOS included).
 
     The route's probability is the product of the probabilities of its three operator tokens (at
-    `maxent_grpo.bench.route_derivations.OPERATOR_POSITIONS`, each given the exact chain before it); the exactness is
-    the product of every other token's; their product is the probability of sampling the route's exact completion.
+    `maxent_grpo_experiments.route_derivations.OPERATOR_POSITIONS`, each given the exact chain before it); the
+    exactness is the product of every other token's; their product is the probability of sampling the route's exact
+    completion.
     """
     logps = held_out.completion_log_probabilities(
         model, tokenizer, [(prompt, completion(prompt, route)) for prompt, route in pairs], append_eos=True
@@ -220,7 +192,7 @@ def probe(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, seed: int,
     roles = route_roles(seed)
     prompts = probe_prompts()
     distinct, shares = [], {role: [] for role in ROLES}
-    for prompt, group in zip(prompts, sample(model, tokenizer, prompts, samples, 2000 + seed), strict=True):
+    for prompt, group in zip(prompts, SETUP.sample(model, tokenizer, prompts, samples, 2000 + seed), strict=True):
         grades = [grade(prompt, text) for text in group]
         distinct.append(len({g.route for g in grades if g.correct}))
         for role in ROLES:
@@ -253,7 +225,7 @@ def more_figures(
     }
     for role in ROLES:
         mine = [p for p in prompts if heldout_route(p) == roles[role]]
-        result[f"exact_pass_at_k_{role}"] = exact_pass_at_k(
+        result[f"exact_pass_at_k_{role}"] = SETUP.exact_pass_at_k(
             [figures["correct_probability_per_prompt"][p] for p in mine]
         )
         counts = [(samples, figures["correct_per_prompt"][p]) for p in mine]
@@ -389,19 +361,12 @@ def _cell(key: str, digits: int = 3) -> tuple[str, int, Any]:
 def task() -> HeldOutTask:
     """The task, with the settings of the module's constants."""
     return HeldOutTask(
-        pretrain_base=pretrain_base,
+        setup=SETUP,
         reward=route_reward,
-        sample=sample,
-        correct_probabilities=correct_probabilities,
-        exact_pass_at_k=exact_pass_at_k,
         evaluate=evaluate,
         training_prompts=training_prompts(),
-        ks=KS,
         num_generations=NUM_GENERATIONS,
-        completion_length=COMPLETION_LENGTH,
         learning_rate=LEARNING_RATE,
-        model={"hidden_size": HIDDEN_SIZE, "num_layers": NUM_LAYERS, "alphabet": ALPHABET},
-        pretrain={**CORPUS, "steps": PRETRAIN_STEPS, "batch": PRETRAIN_BATCH, "learning_rate": PRETRAIN_LR},
         figures=FIGURES,
         summary_keys=("pass_at_k", "exact_pass_at_k", *FIGURES),
         grid_figures=("pass_at_k", "exact_pass_at_k", "route_share_rarest", "route_share_minority"),
@@ -430,43 +395,28 @@ def task() -> HeldOutTask:
         ),
         title="three routes, held-out prompts that allow one: {training} training prompts, {heldout} held out",
         name_width=23,
-        recorded={"completion_length": COMPLETION_LENGTH, "probe_prompts": list(probe_prompts())},
+        recorded={"completion_length": SETUP.completion_length, "probe_prompts": list(probe_prompts())},
         more_figures=more_figures,
-    )
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    return parse_held_out_args(
-        argv,
-        description=__doc__.splitlines()[0],
-        name=NAME,
-        committed=COMMITTED_OUTPUT_DIR,
-        ks=KS,
-        steps=96,
-        samples=256,
-        samples_help=f"completions sampled per held-out and per probe prompt (n >= {max(KS)})",
-        maxent_example="maxent_tau=0.5",
     )
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the experiment, print the tables, the calibration gates and the predictions' verdicts, write the JSON and
     the PNGs; return the JSON's content."""
-    args = parse_args(argv)
-    result = run_benchmark(NAME, task(), args, build_tiny_tokenizer(ALPHABET), heldout_prompts())
+    args = COMMAND.parse_args(argv, KS)
+    result = run_benchmark(COMMAND.name, task(), args, heldout_prompts())
     result["calibration"] = calibration(result["summary"])
     if result["calibration"] is not None:
         print(f"\ncalibration gates: {json.dumps(result['calibration'])}")
     result["predictions"] = predictions(result["summary"], result["maxent_minus"])
     if result["predictions"] is not None:
         print(f"\npre-registered predictions: {json.dumps(result['predictions'])}")
-    (args.output_dir / f"{NAME}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.output_dir / f"{COMMAND.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     grid = result["entropy_grid"]
     labels = method_labels(args.maxent, None if grid is None else grid["chosen"], len(args.entropy_grid))
-    plot_roles(result["summary"], labels, args.output_dir / f"{NAME}_roles.png")
+    plot_roles(result["summary"], labels, args.output_dir / f"{COMMAND.name}_roles.png")
     return result
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)  # the model is tiny: more threads only add contention on a small machine
     main()

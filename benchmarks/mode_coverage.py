@@ -3,7 +3,8 @@
 Task: the prompt "pick a vowel:" and a reward of 1 when the completion's first non-whitespace character is a
 lower-case vowel (`vowel_start_reward`), so there are five equally good answers. The tiny offline Qwen2 model of
 `maxent_grpo.tiny_model` (hidden size 64, one layer; character-level tokenizer, so the first token is the first
-character) is trained from the same random initialisation per seed by five arms (`maxent_grpo.bench.trl_baselines`):
+character) is trained from the same random initialisation per seed by five arms
+(`maxent_grpo_experiments.trl_baselines`):
 
 - ``grpo``: stock TRL `GRPOTrainer`;
 - ``grpo_entropy_fixed``: GRPO with a fixed token-entropy bonus, ``entropy_coef`` = the best of the grid
@@ -25,7 +26,7 @@ reward and normalized answer entropy: the entropy of the empirical distribution 
 the five vowels, divided by ln 5 (1.0: all five vowels equally likely; 0.0: a single vowel).
 
 The run has two phases, in one process. Grid phase: per seed, stock GRPO and GRPO with each fixed ``entropy_coef`` of
-the grid. The coefficient is chosen as a TRL user tuning it would (`maxent_grpo.bench.trl_baselines
+the grid. The coefficient is chosen as a TRL user tuning it would (`maxent_grpo_experiments.trl_baselines
 .choose_fixed_coefficient`): the highest mean normalized vowel entropy among the coefficients whose mean reward is
 at most 0.01 below stock GRPO's, else the highest reward; ties to the smaller coefficient. It is chosen on the seeds
 it is reported on, which favours that arm. Main phase: per seed, the adaptive, top-entropy and MaxEnt arms (seed 0
@@ -76,19 +77,22 @@ import matplotlib.pyplot as plt
 import torch
 from transformers.utils import logging as hf_logging
 
-from maxent_grpo.bench.answer_tasks import VOWEL
 from maxent_grpo.bench.output import add_output_arguments
-from maxent_grpo.bench.per_seed_comparison import compare_with_maxent, comparison_lines
-from maxent_grpo.bench.single_prompt import (
-    StepRecorder,
+from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
+from maxent_grpo_experiments.answer_tasks import VOWEL
+from maxent_grpo_experiments.per_seed_comparison import compare_with_maxent, comparison_lines
+from maxent_grpo_experiments.single_prompt import (
     add_arm_arguments,
     add_run_arguments,
     check_arguments,
+    maxent_run_settings,
+    train_and_sample,
+    training_settings,
 )
-from maxent_grpo.bench.single_prompt_arms import RunOutput, run_arms
-from maxent_grpo.bench.smoothing import SMOOTHING_WINDOW, smooth
-from maxent_grpo.bench.trl_baselines import REWARD_TOLERANCE, TRL_LABELS
-from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
+from maxent_grpo_experiments.single_prompt_arms import RunOutput, run_arms
+from maxent_grpo_experiments.smoothing import SMOOTHING_WINDOW, smooth
+from maxent_grpo_experiments.step_recorder import StepRecorder
+from maxent_grpo_experiments.trl_baselines import REWARD_TOLERANCE, TRL_LABELS
 
 # Fixed settings of the experiment (the CLI exposes steps, seeds, MaxEnt overrides, samples, the arms, the entropy grid
 # and the output directory).
@@ -172,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     def train(method: str, seed: int, trl_fields: Mapping[str, Any]) -> RunOutput:
         recorder = StepRecorder(vowel_start_reward, {"entropy": group_vowel_entropy})
-        answers = TASK.train_and_sample(method, seed, args.steps, maxent, recorder, trl_fields, args.samples)
+        answers = train_and_sample(TASK, method, seed, args.steps, maxent, recorder, trl_fields, args.samples)
         return evaluate(answers), {"reward": recorder.rewards, "entropy": recorder.metrics["entropy"]}
 
     arms = run_arms(
@@ -231,9 +235,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "steps": args.steps,
             "seeds": args.seeds,
             "samples": args.samples,
-            **TASK.training_settings(),
+            **training_settings(TASK),
             "per_device_train_batch_size": TASK.num_generations,
-            **TASK.maxent_run_settings(maxent),
+            **maxent_run_settings(TASK, maxent),
             "maxent_overrides": maxent,
             "methods": list(args.methods),
             **arms.settings(args.methods, "normalized_entropy"),

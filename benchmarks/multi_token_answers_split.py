@@ -1,14 +1,14 @@
 """Where multi_token_answers.py's held-out pass@k comes from: held-out prompts whose sum training derivations end in,
 against those whose sum none does.
 
-The multi-token task's held-out prompts (`maxent_grpo.bench.digit_derivations.heldout_prompts`) are of two kinds: 34
-whose sum s also ends training derivations (``a+b+c=ss``), so the derivation's last two tokens were trained on, and
+The multi-token task's held-out prompts (`maxent_grpo_experiments.digit_derivations.heldout_prompts`) are of two kinds:
+34 whose sum s also ends training derivations (``a+b+c=ss``), so the derivation's last two tokens were trained on, and
 the 4 prompts of the sums 0 and 1, whose derivation ends in ``=00`` or ``=01``, which no training derivation does. Any
 two digits that sum to s answer a prompt, so once its derivation is exact a prompt is solved by whichever answer the
 model picks: pass@k counts prompts whose derivation the model gets right, and the answers it keeps show in the
 distinct correct answers instead. This script reads a run's JSON (the committed run by default) and prints, per kind
-and k, each method's held-out pass@k (the unbiased estimator, `maxent_grpo.bench.pass_at_k`, from each run's correct
-samples per prompt) and MaxEnt's difference to each other method, paired by seed, with its 95% t interval:
+and k, each method's held-out pass@k (the unbiased estimator, `maxent_grpo_experiments.pass_at_k`, from each run's
+correct samples per prompt) and MaxEnt's difference to each other method, paired by seed, with its 95% t interval:
 
     python benchmarks/multi_token_answers_split.py [--results benchmarks/results/multi_token_answers] [--k 1 16 256]
 
@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from maxent_grpo.bench.digit_derivations import prompt_sum, training_prompts
-from maxent_grpo.bench.over_seeds import format_difference, interval, paired_difference, verdict
-from maxent_grpo.bench.pass_at_k import mean_pass_at_k
+from maxent_grpo_experiments.digit_derivations import prompt_sum, training_prompts
+from maxent_grpo_experiments.over_seeds import format_difference, interval, paired_difference, verdict
+from maxent_grpo_experiments.pass_at_k import mean_pass_at_k
 
 COMMITTED = Path(__file__).resolve().parent / "results" / "multi_token_answers"
 

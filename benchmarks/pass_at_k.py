@@ -5,7 +5,7 @@ Task: the prompt "10=" asks for two digits that sum to 10. Nine of the hundred t
 Completions are at most 2 tokens. The tiny offline Qwen2 model of `maxent_grpo.tiny_model` (hidden size 64, one layer)
 uses a character-level tokenizer over the digits and "=" only (14 tokens with pad, EOS and BOS), so a random model
 samples a correct answer about once in 22 tries and every arm has something to learn from from the first step.
-Per seed the same initialisation is trained by five arms (`maxent_grpo.bench.trl_baselines`): stock TRL
+Per seed the same initialisation is trained by five arms (`maxent_grpo_experiments.trl_baselines`): stock TRL
 `GRPOTrainer` (``grpo``); GRPO with a fixed token-entropy bonus, ``entropy_coef`` the best of the grid
 (``grpo_entropy_fixed``, ``--entropy-grid``, default 0.01 0.02 0.05 0.1; see below); GRPO with TRL's adaptive bonus
 (``grpo_entropy``: ``entropy_coef=0.01``, ``use_adaptive_entropy=True``, ``entropy_target=1.0``,
@@ -19,14 +19,14 @@ unless ``--maxent FIELD=VALUE`` overrides a field (for example ``--maxent maxent
 step, learning rate 3e-3 with TRL's default linear decay, beta 0, sampling temperature 1.0, 300 steps.
 
 After training, ``--samples`` (n, default 256) answers are sampled from each model; with c of them correct the script
-reports pass@k = 1 - C(n - c, k) / C(n, k) (the unbiased estimator of Chen et al. 2021, `maxent_grpo.bench.pass_at_k`)
-for k = 1, 2, 4, ..., 64, the number of distinct correct answers among the n samples (at most 9), their normalized
-entropy (the entropy of the empirical distribution of the correct answers / ln 9) and the mean reward of the scored
-group at every training step. With one prompt and near-perfect accuracy pass@k is 1.0 for every arm that learns the
-task from k = 2 on; the difference shows in the distinct answers.
+reports pass@k = 1 - C(n - c, k) / C(n, k) (the unbiased estimator of Chen et al. 2021,
+`maxent_grpo_experiments.pass_at_k`) for k = 1, 2, 4, ..., 64, the number of distinct correct answers among the n
+samples (at most 9), their normalized entropy (the entropy of the empirical distribution of the correct answers / ln 9)
+and the mean reward of the scored group at every training step. With one prompt and near-perfect accuracy pass@k is 1.0
+for every arm that learns the task from k = 2 on; the difference shows in the distinct answers.
 
 The run has two phases, in one process. Grid phase: per seed, stock GRPO and GRPO with each fixed ``entropy_coef`` of
-the grid. The coefficient is chosen as a TRL user tuning it would (`maxent_grpo.bench.trl_baselines
+the grid. The coefficient is chosen as a TRL user tuning it would (`maxent_grpo_experiments.trl_baselines
 .choose_fixed_coefficient`): the highest mean normalized entropy of the correct answers (finer than the count of
 distinct correct answers, which ties often) among the coefficients whose mean reward of the samples (pass@1) is at
 most 0.01 below stock GRPO's, else the highest reward; ties to the smaller coefficient. It is chosen on the seeds it
@@ -73,19 +73,22 @@ import matplotlib.pyplot as plt
 import torch
 from transformers.utils import logging as hf_logging
 
-from maxent_grpo.bench.answer_tasks import DIGITS
 from maxent_grpo.bench.output import add_output_arguments
-from maxent_grpo.bench.pass_at_k import pass_at_k
-from maxent_grpo.bench.per_seed_comparison import compare_with_maxent, comparison_lines
-from maxent_grpo.bench.single_prompt import (
-    StepRecorder,
+from maxent_grpo_experiments.answer_tasks import DIGITS
+from maxent_grpo_experiments.pass_at_k import pass_at_k
+from maxent_grpo_experiments.per_seed_comparison import compare_with_maxent, comparison_lines
+from maxent_grpo_experiments.single_prompt import (
     add_arm_arguments,
     add_run_arguments,
     check_arguments,
+    maxent_run_settings,
+    train_and_sample,
+    training_settings,
 )
-from maxent_grpo.bench.single_prompt_arms import RunOutput, run_arms
-from maxent_grpo.bench.smoothing import SMOOTHING_WINDOW, smooth
-from maxent_grpo.bench.trl_baselines import REWARD_TOLERANCE, TRL_LABELS
+from maxent_grpo_experiments.single_prompt_arms import RunOutput, run_arms
+from maxent_grpo_experiments.smoothing import SMOOTHING_WINDOW, smooth
+from maxent_grpo_experiments.step_recorder import StepRecorder
+from maxent_grpo_experiments.trl_baselines import REWARD_TOLERANCE, TRL_LABELS
 
 # MaxEnt at the config defaults; an answer is the whole completion, so its probability under the policy is known
 # exactly and the mode weights are importance-corrected (maxent_mode_probability="policy").
@@ -166,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     def train(method: str, seed: int, trl_fields: Mapping[str, Any]) -> RunOutput:
         recorder = StepRecorder(digit_pair_reward)
-        answers = TASK.train_and_sample(method, seed, args.steps, maxent, recorder, trl_fields, args.samples)
+        answers = train_and_sample(TASK, method, seed, args.steps, maxent, recorder, trl_fields, args.samples)
         return evaluate(answers), {"reward": recorder.rewards}
 
     arms = run_arms(
@@ -247,8 +250,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "steps": args.steps,
             "seeds": args.seeds,
             "samples": args.samples,
-            **TASK.training_settings(),
-            **TASK.maxent_run_settings(maxent),
+            **training_settings(TASK),
+            **maxent_run_settings(TASK, maxent),
             "maxent_overrides": maxent,
             "methods": list(args.methods),
             **arms.settings(args.methods, "normalized_entropy"),

@@ -1,35 +1,36 @@
 """The reasoning boundary: held-out pass@k of a pretrained base, and of GRPO, TRL's entropy options and MaxEnt from it.
 
-Task (`maxent_grpo.bench.digit_sums`): a prompt "ab=" asks for two digits that sum to a + b; one to ten of the hundred
-two-digit answers are correct (graded difficulty: one for "00=", ten for a sum of 9). 76 prompts are trained on; 24
-are held out: 20 that share the training prompts' sums, and the 6 prompts of the hardest sums (0, 1, 17, 18: one or
-two answers), whose answers no training prompt has (two of them are among the 20).
+Task (`maxent_grpo_experiments.digit_sums`): a prompt "ab=" asks for two digits that sum to a + b; one to ten of the
+hundred two-digit answers are correct (graded difficulty: one for "00=", ten for a sum of 9). 76 prompts are trained
+on; 24 are held out: 20 that share the training prompts' sums, and the 6 prompts of the hardest sums (0, 1, 17, 18: one
+or two answers), whose answers no training prompt has (two of them are among the 20).
 
 Base model: per seed, the tiny offline Qwen2 model (`maxent_grpo.tiny_model`, hidden size 64, one layer, character
-tokenizer over the digits and "=") is pre-trained in-process by a short supervised run (`PRETRAIN_STEPS` AdamW steps)
+tokenizer over the digits and "=") is pre-trained in-process by a short supervised run (300 AdamW steps, `SETUP`)
 on a synthetic corpus of the training prompts: 70% correct answers with a Zipf preference in an order drawn per
 prompt, 30% random wrong pairs. It solves prompts sometimes, held-out ones too, with broad but imperfect coverage.
 
 From that base, with the same budget (``--steps`` optimizer steps of ``--prompts-per-step`` prompts x 8 completions of
 2 tokens, learning rate 1e-3 with TRL's linear decay, beta 0, temperature 1): the TRL arms of
-`maxent_grpo.bench.trl_baselines`: stock TRL GRPO; GRPO with a fixed token-entropy bonus, ``entropy_coef`` the best of
-``--entropy-grid`` (default 0.01 0.02 0.05 0.1: the most distinct correct answers per held-out prompt among the
-coefficients whose training reward is within 0.01 of GRPO's, on the same seeds, by `maxent_grpo.bench.entropy_grid`;
-the whole grid is reported; ``--first-seed 11 --entropy-grid C``, C the chosen coefficient, checks it on fresh seeds);
-GRPO with TRL's adaptive entropy bonus (``entropy_coef=0.01``, ``use_adaptive_entropy=True``, ``entropy_target=1.0``,
-``entropy_coef_max=0.1``); GRPO on the top 20% tokens by entropy (``top_entropy_quantile=0.2``); and MaxEnt listwise
-with the config defaults (only ``maxent_objective="listwise"`` and ``maxent_mode_key="last_line"`` set, plus any
-``--maxent FIELD=VALUE`` override). Runs are interleaved per seed in one process so machine drift hits all. Eleven
-seeds by default: from one seed to the next, a method's held-out pass@1 moves by 0.02 to 0.05 (standard deviation) and
-its pass@256 by 0.01 to 0.02, as much as most differences between methods, so three seeds cannot tell them apart. Every
-pass@k comes with its 95% t interval over seeds (not clipped to [0, 1]), and MaxEnt's difference to each other method
-is taken seed by seed (paired: the runs of a seed share its base model; `maxent_grpo.bench.over_seeds`).
+`maxent_grpo_experiments.trl_baselines`: stock TRL GRPO; GRPO with a fixed token-entropy bonus, ``entropy_coef`` the
+best of ``--entropy-grid`` (default 0.01 0.02 0.05 0.1: the most distinct correct answers per held-out prompt among the
+coefficients whose training reward is within 0.01 of GRPO's, on the same seeds, by
+`maxent_grpo_experiments.entropy_grid`; the whole grid is reported; ``--first-seed 11 --entropy-grid C``, C the chosen
+coefficient, checks it on fresh seeds); GRPO with TRL's adaptive entropy bonus (``entropy_coef=0.01``,
+``use_adaptive_entropy=True``, ``entropy_target=1.0``, ``entropy_coef_max=0.1``); GRPO on the top 20% tokens by entropy
+(``top_entropy_quantile=0.2``); and MaxEnt listwise with the config defaults (only ``maxent_objective="listwise"`` and
+``maxent_mode_key="last_line"`` set, plus any ``--maxent FIELD=VALUE`` override). Runs are interleaved per seed in one
+process so machine drift hits all. Eleven seeds by default: from one seed to the next, a method's held-out pass@1 moves
+by 0.02 to 0.05 (standard deviation) and its pass@256 by 0.01 to 0.02, as much as most differences between methods, so
+three seeds cannot tell them apart. Every pass@k comes with its 95% t interval over seeds (not clipped to [0, 1]), and
+MaxEnt's difference to each other method is taken seed by seed (paired: the runs of a seed share its base model;
+`maxent_grpo_experiments.over_seeds`).
 
 After training, ``--samples`` (n, default 1024) answers per held-out prompt are sampled from every model; with c of
-them correct, pass@k = 1 - C(n - c, k) / C(n, k) (Chen et al. 2021, `maxent_grpo.bench.pass_at_k`), averaged over the
-held-out prompts, for k = 1, 4, 16, 64, 256, the distinct correct answers per held-out prompt among the n, and every
-prompt's c (a prompt with c = 0, which no sample solved, is named in the run's printed line). Because an answer is
-two tokens, each prompt's exact probability p of a correct sample is also read off the model's logits, which gives
+them correct, pass@k = 1 - C(n - c, k) / C(n, k) (Chen et al. 2021, `maxent_grpo_experiments.pass_at_k`), averaged over
+the held-out prompts, for k = 1, 4, 16, 64, 256, the distinct correct answers per held-out prompt among the n, and
+every prompt's c (a prompt with c = 0, which no sample solved, is named in the run's printed line). Because an answer
+is two tokens, each prompt's exact probability p of a correct sample is also read off the model's logits, which gives
 the model's own pass@k, 1 - (1 - p)^k, free of sampling noise ("exact"; a prompt solved with p = 0.003 is solved by
 256 samples about half the time, and with a fixed sampling seed runs of close models tend to miss it together). The
 training reward curve is the mean reward of each step's scored groups.
@@ -51,39 +52,49 @@ minus each method paired by seed, and one sentence per TRL arm (ahead / level / 
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-from maxent_grpo.bench import held_out
-from maxent_grpo.bench.digit_sums import correct_answers, heldout_prompts, is_correct, sample_corpus, training_prompts
-from maxent_grpo.bench.from_base import pretrain_base as pretrain
-from maxent_grpo.bench.held_out_experiment import HeldOutTask, run_benchmark
-from maxent_grpo.bench.held_out_options import parse_held_out_args
-from maxent_grpo.bench.held_out_report import figure_cell
-from maxent_grpo.bench.pass_at_k import mean_pass_at_k
 from maxent_grpo.rewards import completion_text
-from maxent_grpo.tiny_model import build_tiny_tokenizer
+from maxent_grpo_experiments.digit_sums import (
+    correct_answers,
+    heldout_prompts,
+    is_correct,
+    sample_corpus,
+    training_prompts,
+)
+from maxent_grpo_experiments.held_out_experiment import HeldOutTask, run_benchmark
+from maxent_grpo_experiments.held_out_options import HeldOutCommand
+from maxent_grpo_experiments.held_out_report import figure_cell
+from maxent_grpo_experiments.held_out_setup import KS, HeldOutSetup
+from maxent_grpo_experiments.pass_at_k import mean_pass_at_k
 
-COMMITTED_OUTPUT_DIR = Path(__file__).resolve().parent / "results" / "reasoning_boundary"
-KS = (1, 4, 16, 64, 256)
-ALPHABET = "0123456789="
-HIDDEN_SIZE = 64
-NUM_LAYERS = 1
-COMPLETION_LENGTH = 2
 NUM_GENERATIONS = 8
 LEARNING_RATE = 1e-3
 
-#: The base model's supervised run: corpus per training prompt, its wrong share and skew, steps and batch.
-CORPUS = {"per_prompt": 64, "wrong_fraction": 0.3, "zipf_exponent": 1.0}
-PRETRAIN_STEPS = 300
-PRETRAIN_BATCH = 256
-PRETRAIN_LR = 3e-3
+#: The tiny model over the digits and "=", answers of two tokens without EOS, and the base model's supervised run.
+SETUP = HeldOutSetup(
+    alphabet="0123456789=",
+    hidden_size=64,
+    num_layers=1,
+    completion_length=2,
+    corpus_prompts=training_prompts(),
+    sample_corpus=sample_corpus,
+    corpus={"per_prompt": 64, "wrong_fraction": 0.3, "zipf_exponent": 1.0},
+    correct_completions=correct_answers,
+    stops=False,
+    pretrain_steps=300,
+)
+
+COMMAND = HeldOutCommand(
+    script=__file__,
+    docstring=__doc__,
+    steps=500,
+    samples=1024,
+    samples_help=f"answers sampled per held-out prompt (n >= {max(KS)})",
+    maxent_example="maxent_mode_probability=policy",
+)
 
 #: The run figures besides pass@k that the summary and the paired differences give.
 FIGURES = ("distinct_correct", "final_training_reward")
@@ -94,45 +105,6 @@ def digit_sum_reward(completions: list, prompts: list, **kwargs: Any) -> list[fl
     return [
         float(is_correct(completion_text(p), completion_text(c))) for p, c in zip(prompts, completions, strict=True)
     ]
-
-
-def pretrain_base(tokenizer: PreTrainedTokenizerBase, seed: int) -> PreTrainedModel:
-    """The seed's base model: the tiny model after a short supervised run on the corpus (loss on the answer only)."""
-    return pretrain(
-        tokenizer,
-        sample_corpus(training_prompts(), seed=seed, **CORPUS),
-        seed=seed,
-        hidden_size=HIDDEN_SIZE,
-        num_layers=NUM_LAYERS,
-        completion_length=COMPLETION_LENGTH,
-        steps=PRETRAIN_STEPS,
-        batch=PRETRAIN_BATCH,
-        learning_rate=PRETRAIN_LR,
-    )
-
-
-def sample(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], n: int, seed: int
-) -> list[list[str]]:
-    """``n`` answers per prompt, sampled at temperature 1 as in training; the global RNG is left untouched."""
-    return held_out.sample(model, tokenizer, prompts, n, seed, max_new_tokens=COMPLETION_LENGTH)
-
-
-def correct_probabilities(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]
-) -> list[float]:
-    """Per prompt, the exact probability that one answer sampled at temperature 1 (as `sample` does) is correct.
-
-    An answer is two tokens, so it is the sum over the prompt's correct answers ``cd`` of ``P(c | prompt) *
-    P(d | prompt c)``, read off the logits: no sampling noise, unlike a count of correct samples.
-    """
-    return held_out.correct_probabilities(model, tokenizer, prompts, correct_answers)
-
-
-def exact_pass_at_k(probabilities: Sequence[float]) -> dict[str, float]:
-    """Mean over prompts of the model's own pass@k, ``1 - (1 - p) ** k``, for every k of `KS` (k samples drawn
-    independently from the model, where the unbiased estimator draws them from n fixed samples)."""
-    return held_out.exact_pass_at_k(probabilities, KS)
 
 
 def evaluate(prompts: Sequence[str], answers: Sequence[Sequence[str]]) -> dict[str, Any]:
@@ -155,19 +127,12 @@ def evaluate(prompts: Sequence[str], answers: Sequence[Sequence[str]]) -> dict[s
 def task() -> HeldOutTask:
     """The task, with the settings of the module's constants."""
     return HeldOutTask(
-        pretrain_base=pretrain_base,
+        setup=SETUP,
         reward=digit_sum_reward,
-        sample=sample,
-        correct_probabilities=correct_probabilities,
-        exact_pass_at_k=exact_pass_at_k,
         evaluate=evaluate,
         training_prompts=training_prompts(),
-        ks=KS,
         num_generations=NUM_GENERATIONS,
-        completion_length=COMPLETION_LENGTH,
         learning_rate=LEARNING_RATE,
-        model={"hidden_size": HIDDEN_SIZE, "num_layers": NUM_LAYERS, "alphabet": ALPHABET},
-        pretrain={**CORPUS, "steps": PRETRAIN_STEPS, "batch": PRETRAIN_BATCH, "learning_rate": PRETRAIN_LR},
         figures=FIGURES,
         summary_keys=(
             "pass_at_k",
@@ -191,26 +156,10 @@ def task() -> HeldOutTask:
     )
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    return parse_held_out_args(
-        argv,
-        description=__doc__.splitlines()[0],
-        name="reasoning_boundary",
-        committed=COMMITTED_OUTPUT_DIR,
-        ks=KS,
-        steps=500,
-        samples=1024,
-        samples_help=f"answers sampled per held-out prompt (n >= {max(KS)})",
-        maxent_example="maxent_mode_probability=policy",
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the experiment, print the tables, write the JSON and the PNG; return the JSON's content."""
-    args = parse_args(argv)
-    return run_benchmark("reasoning_boundary", task(), args, build_tiny_tokenizer(ALPHABET), heldout_prompts())
+    return run_benchmark(COMMAND.name, task(), COMMAND.parse_args(argv, KS), heldout_prompts())
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)  # the model is tiny: more threads only add contention on a small machine
     main()

@@ -42,9 +42,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Traine
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
 from maxent_grpo.bench.output import add_output_arguments
-from maxent_grpo.bench.pinned_server import start_pinned_server
 from maxent_grpo.cli.commands.vllm_serve import wait_until_ready
 from maxent_grpo.tiny_model import save_tiny_model
+from maxent_grpo_experiments.pinned_server import start_pinned_server
 
 
 def distinct_characters(completions: list[str], **kwargs: Any) -> list[float]:

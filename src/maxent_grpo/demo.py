@@ -2,12 +2,12 @@
 
 The mode-coverage task: every prompt is "pick a vowel:" and a completion earns 1.0 when its first non-whitespace
 character is a lower-case vowel. Five answers are equally right, so a good policy answers with a vowel *and* keeps all
-five in use. Both methods train from the same seeded initialisation with the same budget, the settings of
-`benchmarks/mode_coverage.py` (`maxent_grpo.bench.single_prompt`). GRPO gives every correct sample of a group the
-same advantage, so the vowel it happens to sample most gains most; the listwise objective with the ``first_token``
-mode key spreads each group's target weight over its distinct answers (a vowel sampled once weighs as much as one
-sampled ten times), which keeps the five vowels alive while the reward rises. Everything runs offline on CPU; both
-runs are logged locally with trackio.
+five in use. Both methods train from the same seeded initialisation with the same budget
+(`maxent_grpo.single_prompt_task`), the settings of `benchmarks/mode_coverage.py`. GRPO gives every correct sample of a
+group the same advantage, so the vowel it happens to sample most gains most; the listwise objective with the
+``first_token`` mode key spreads each group's target weight over its distinct answers (a vowel sampled once weighs as
+much as one sampled ten times), which keeps the five vowels alive while the reward rises. Everything runs offline on
+CPU; both runs are logged locally with trackio.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from datasets import Dataset
 from tqdm.auto import tqdm
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from maxent_grpo.bench.single_prompt import METHODS, SinglePromptTask, StepRecorder
 from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
+from maxent_grpo.single_prompt_task import METHODS, SinglePromptTask
 from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 
 VOWEL_PROMPT = "pick a vowel:"
@@ -171,8 +171,7 @@ def run_demo(steps: int, seed: int, trackio: bool, save_to: Path | None = None) 
         }
         with tempfile.TemporaryDirectory(prefix="maxent-grpo-demo-") as scratch:
             output_dir = str(save_to / method) if save_to is not None else scratch
-            recorder = StepRecorder(vowel_start_reward)
-            trainer = TASK.build_trainer(method, seed, steps, {}, output_dir, recorder, reporting)
+            trainer = TASK.build_trainer(method, seed, steps, {}, output_dir, vowel_start_reward, reporting)
             trainer.add_callback(RewardProgressBar(LABELS[method]))
             start = time.perf_counter()
             trainer.train()

@@ -35,11 +35,10 @@ def test_reference_model_is_a_frozen_copy_of_the_initial_policy(tmp_path):
     assert beta[-1] != 0.1  # the adaptive-KL controller moved beta
 
 
-def test_stock_grpo_of_a_benchmark_arm_with_beta_measures_kl_against_a_copy_of_its_base(tmp_path):
-    # The held-out benchmarks' grpo_kl arm: TRL's own GRPOTrainer (which builds a reference model only by name) with
-    # beta > 0, from a base model built in-process.
-    from maxent_grpo.bench.cpu_trainer import build_trainer, training_fields
-    from maxent_grpo.bench.trl_baselines import arm_fields
+def test_stock_grpo_with_beta_measures_kl_against_a_copy_of_its_base(tmp_path):
+    # TRL's own GRPOTrainer (which builds a reference model only by name) with beta > 0, from a base model built
+    # in-process, as `maxent_grpo.cpu_trainer` builds it (the held-out benchmarks' grpo_kl arm).
+    from maxent_grpo.cpu_trainer import build_trainer, training_fields
 
     model, tokenizer = tiny_model_and_tokenizer()
     initial = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
@@ -54,7 +53,7 @@ def test_stock_grpo_of_a_benchmark_arm_with_beta_measures_kl_against_a_copy_of_i
         beta=0.0,
         seed=0,
     )
-    fields = {**fields, **arm_fields("grpo_kl"), "logging_steps": 1}
+    fields = {**fields, "beta": 0.3, "logging_steps": 1}
     prompts = letter_dataset(16, with_answers=False)["prompt"]
     trainer = build_trainer("grpo", model, tokenizer, vowel_start_reward, fields, prompts)
     assert type(trainer).__name__ == "GRPOTrainer" and trainer.beta == 0.3

@@ -1,13 +1,16 @@
-"""Import a script of `benchmarks/` (not a package) as a module, to test its functions and `main`."""
+"""Import a script of `benchmarks/` (not a package) as a module, to test its functions and `main`; a digest of the
+committed results, to see that a run left them alone."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+RESULTS = BENCHMARKS / "results"
 
 
 def load_benchmark(name: str) -> ModuleType:
@@ -18,3 +21,12 @@ def load_benchmark(name: str) -> ModuleType:
     sys.modules[spec.name] = module  # a dataclass of the script looks its module up while it is executed
     spec.loader.exec_module(module)
     return module
+
+
+def results_digest() -> str:
+    """One hash over every committed result file under ``benchmarks/results`` (paths and contents)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in RESULTS.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(RESULTS)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
