@@ -155,7 +155,7 @@ def test_every_page_gives_the_main_suite_the_readme_tier_tables_time():
     pages = [README, DOCS / "getting-started.md"]
     table = re.search(r"\| the main suite: .* \| about ([\d.]+ min) \|", README.read_text(encoding="utf-8"))
     assert table, "README.md: the tier table has no main-suite row"
-    comment = re.compile(r"# the main (?:test )?suite \(what CI runs\): about ([\d.]+ min)")
+    comment = re.compile(r"# the main (?:test )?suite \(what CI runs first\): about ([\d.]+ min)")
     stated = {page.name: comment.findall(page.read_text(encoding="utf-8")) for page in pages}
     assert all(stated.values()) and {time for times in stated.values() for time in times} == {table.group(1)}, stated
 

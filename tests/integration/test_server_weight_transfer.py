@@ -12,6 +12,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from maxent_grpo.training.generation.backends.vllm_server import VLLMServerBackend
+from maxent_grpo.training.generation.backends.vllm_server_pool import VLLMServerPool
 from maxent_grpo.training.generation.contract.sampling import SamplingSettings
 from maxent_grpo.training.generation.weights.callable_push import CallablePush
 from maxent_grpo.training.generation.weights.transfer import WeightTransfer
@@ -111,3 +112,15 @@ def test_a_backend_is_given_one_way_for_the_weights_to_reach_the_server(tokenize
 def test_a_weight_transfer_must_be_one(tokenizer):
     with pytest.raises(ValueError, match="weight_transfer must be a WeightTransfer or None"):
         backend("http://127.0.0.1:1", tokenizer, weight_transfer=lambda: None)
+
+
+def test_a_pool_refuses_a_weight_transfer_of_its_own(tokenizer):
+    # One object would push every server's weights to one URL, and the pool hands its first server's version to the
+    # others, which a transfer of one's own cannot take.
+    with pytest.raises(ValueError, match=r"a pool takes weights_directory .*, not a weight_transfer"):
+        VLLMServerPool(
+            ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+            tokenizer=tokenizer,
+            sampling=SamplingSettings(max_tokens=4),
+            weight_transfer=VersionedTransfer(),
+        )

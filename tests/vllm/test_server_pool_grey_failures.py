@@ -142,8 +142,9 @@ def test_an_engine_stopped_under_two_processes_is_down_on_both_and_costs_no_step
     assert launch.clean, launch.report()
     ranks = [json.loads((tmp_path / "two" / f"rank{r}.json").read_text()) for r in (0, 1)]
     # A real engine's step varies more than a stand-in's on a loaded machine (healthy steps of 1.2 s here, 0.9-1.4 s
-    # after the return); waiting on the stopped one costs the hedge (5 s) or the request timeout (8 s).
-    assert_one_verdict(ranks, "two", noise=0.5)
+    # after the return, beside another worker's tests); waiting on the stopped one costs the hedge (5 s) or the
+    # request timeout (8 s), far above the bound either way.
+    assert_one_verdict(ranks, "two", noise=1.0)
 
 
 class RestartWithAnotherModel(TrainerCallback):

@@ -445,8 +445,9 @@ class VLLMServerBackend:
 
     @property
     def weight_version(self) -> str | None:
-        """With ``weights_directory``: the version of the latest training weights `sync_weights` wrote, which the
-        server must serve before it generates (None before the first sync, and without ``weights_directory``)."""
+        """The weight transfer's version of the latest training weights `sync_weights` wrote (with
+        ``weights_directory``, or a ``weight_transfer`` that keeps versions), which the server must serve before it
+        generates; None before the first sync, and for a transfer without versions."""
         return self._weights.version
 
     def adopt_weight_version(self, version: str) -> None:
@@ -455,7 +456,8 @@ class VLLMServerBackend:
         it, before it generates, as after `sync_weights`.
 
         Raises:
-            ValueError: the backend has no ``weights_directory`` (only the disk transfer keeps versions).
+            ValueError: the backend's weight transfer keeps no versions (the disk transfer and a ``weight_transfer``
+                of your own that overrides ``adopt`` do).
         """
         self._weights.adopt(version)
 

@@ -129,7 +129,10 @@ class VLLMServerPool:
             version. A `WeightDirectory` given as ``weights_directory`` says so itself.
         api_key: the servers' key (`key_guard`), the same for all of them; None: no key.
         **options: the other arguments of `VLLMServerBackend` (``tokenizer`` and ``sampling`` among them), the same
-            for every server.
+            for every server; not ``weight_transfer``.
+
+    Raises:
+        ValueError: fewer than two URLs, one server named twice, or a ``weight_transfer`` given.
     """
 
     def __init__(
@@ -146,6 +149,10 @@ class VLLMServerPool:
             raise ValueError(f"a pool needs at least two server URLs, got {list(base_urls)!r}")
         if (twice := same_server(urls)) is not None:
             raise ValueError(f"each server must appear once: {twice[0]!r} and {twice[1]!r} reach the same one")
+        if options.get("weight_transfer") is not None:
+            # One object would serve every server: the disk transfer pushes to one URL, and a transfer's version is
+            # handed from the first server to the others (`_adopt`), which only the pool's own directory supports.
+            raise ValueError("a pool takes weights_directory (the disk transfer), not a weight_transfer of its own")
         sampling: SamplingSettings = options.pop("sampling")
         # One directory for all: each version is written once, and a delta's whole weights once, for any server.
         directory = (
