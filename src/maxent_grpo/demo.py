@@ -29,7 +29,6 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from maxent_grpo.rewards import VOWELS, first_character, vowel_start_reward
 from maxent_grpo.single_prompt_task import METHODS, SinglePromptTask
-from maxent_grpo.tiny_model import build_tiny_model, build_tiny_tokenizer
 
 VOWEL_PROMPT = "pick a vowel:"
 TRACKIO_PROJECT = "maxent-grpo-demo"
@@ -148,14 +147,7 @@ def run_demo(steps: int, seed: int, trackio: bool, save_to: Path | None = None) 
     if trackio:  # the demo always logs locally, whatever remote trackio target the environment names
         for variable in ("TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL"):
             os.environ.pop(variable, None)
-    tokenizer = build_tiny_tokenizer(TASK.alphabet)
-    untrained = build_tiny_model(
-        tokenizer,
-        seed=seed,
-        hidden_size=TASK.hidden_size,
-        num_layers=TASK.num_layers,
-        max_completion_length=TASK.max_completion_length,
-    )
+    untrained, tokenizer = TASK.untrained_model(seed)
     before = answer_stats(TASK.sample_answers(untrained, tokenizer, EVAL_SAMPLES, seed))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_names = {method: f"{method}-seed{seed}-{stamp}" for method in METHODS}

@@ -45,6 +45,19 @@ class SinglePromptTask:
     temperature: float = 1.0
     beta: float = 0.0
 
+    def untrained_model(self, seed: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        """The tiny model of the task's size, initialised from ``seed``, and its tokenizer over ``alphabet``: what
+        both trainers of a seed start from."""
+        tokenizer = build_tiny_tokenizer(self.alphabet)
+        model = build_tiny_model(
+            tokenizer,
+            seed=seed,
+            hidden_size=self.hidden_size,
+            num_layers=self.num_layers,
+            max_completion_length=self.max_completion_length,
+        )
+        return model, tokenizer
+
     def build_trainer(
         self,
         kind: str,
@@ -75,14 +88,7 @@ class SinglePromptTask:
         Raises:
             ValueError: for a ``kind`` not in `METHODS`.
         """
-        tokenizer = build_tiny_tokenizer(self.alphabet)
-        model = build_tiny_model(
-            tokenizer,
-            seed=seed,
-            hidden_size=self.hidden_size,
-            num_layers=self.num_layers,
-            max_completion_length=self.max_completion_length,
-        )
+        model, tokenizer = self.untrained_model(seed)
         fields = training_fields(
             output_dir,
             batch_size=self.num_generations,
