@@ -26,24 +26,32 @@ POOL_LOGGER = "maxent_grpo.training.generation.backends.vllm_server_pool"
 
 
 class KillThenRestart(TrainerCallback):
-    """Kills ``server`` (SIGKILL, with its engine) after step 2; after step 3, trained without it, restarts it on its
-    port and waits until it is ready and has answered one completion (`SharedVLLMServer.start`: a fresh CPU engine's
-    first request takes long enough on a loaded machine for the pool to hedge it). Keeps the pool's counters at both
-    moments."""
+    """Kills ``server`` (SIGKILL, with its engine) at the end of the first step from step 2 on by which it has answered
+    completions (on a loaded machine its first weight reload can outlast the hedge, which keeps it out until its
+    canary); one step later, trained without it, restarts it on its port and waits until it is ready and has answered
+    one completion (`SharedVLLMServer.start`: a fresh CPU engine's first request takes long enough on a loaded machine
+    for the pool to hedge it); `AFTER_RESTART` steps later, ends the run. Keeps the pool's counters at both moments and
+    the steps they came at."""
+
+    AFTER_RESTART = 4
 
     def __init__(self, server: SharedVLLMServer) -> None:
         self.server = server
         self.pool: VLLMServerPool | None = None
         self.at: dict[str, dict[str, int]] = {}
+        self.steps: dict[str, int] = {}
 
     def on_step_end(self, args, state, control, **kwargs):
         assert self.pool is not None
-        if state.global_step == 2:
+        step = state.global_step
+        if "kill" not in self.at and step >= 2 and self.pool.stats["servers/1/completions"] > 0:
             self.server.kill()
-            self.at["kill"] = self.pool.stats
-        if state.global_step == 3:
+            self.at["kill"], self.steps["kill"] = self.pool.stats, step
+        elif "kill" in self.at and "restart" not in self.at:
             self.server.restart()
-            self.at["restart"] = self.pool.stats
+            self.at["restart"], self.steps["restart"] = self.pool.stats, step
+        elif "restart" in self.at and step == self.steps["restart"] + self.AFTER_RESTART:
+            control.should_training_stop = True
 
 
 def pool_trainer(model_dir, urls, output_dir, callbacks, **overrides) -> MaxEntGRPOTrainer:
@@ -89,22 +97,24 @@ def test_a_killed_server_s_share_goes_to_the_other_and_returns_after_its_restart
     urls = [shared_server.base_url, second_server.base_url]
     # One retry round: the two groups the dead server lost are asked again once; sent to both servers again, one of
     # them would be lost.
-    trainer = pool_trainer(vllm_model_dir, urls, tmp_path, [faults, logs], max_steps=7, generation_max_retries=1)
+    trainer = pool_trainer(vllm_model_dir, urls, tmp_path, [faults, logs], max_steps=12, generation_max_retries=1)
     pool, probes = probed_pool(trainer, faults)
     worker, errors = train_in_thread(trainer, timeout=900)
 
     assert not worker.is_alive(), "training hung after a server of the pool was killed"
     assert not errors, errors
+    assert set(faults.steps) == {"kill", "restart"}, f"server 1 answered nothing in 12 steps: {pool.stats}"
     end, kill, restart = pool.stats, faults.at["kill"], faults.at["restart"]
     dropped = {step: logs.by_step[step]["generation/dropped_prompts"] for step in sorted(logs.by_step)}
     print(f"pool: dropped per step {dropped}; at the kill {kill}; at the restart {restart}; at the end {end}")
     print(f"|server - trained| per call: server 0 {probes[0].to_current}, server 1 {probes[1].to_current}")
-    assert trainer.state.global_step == 7
+    print(f"killed after step {faults.steps['kill']}, restarted after step {faults.steps['restart']}")
+    assert faults.steps["kill"] <= 4  # it had its share before the kill, by step 4 at the latest
+    assert trainer.state.global_step == faults.steps["restart"] + KillThenRestart.AFTER_RESTART
     assert set(dropped.values()) == {0}  # no group lost: what server 1 missed was retried on server 0
-    assert kill["servers/1/completions"] > 0  # it had its share before the kill
-    assert restart["servers/1/failures"] > kill["servers/1/failures"]  # step 3 found it dead
+    assert restart["servers/1/failures"] > kill["servers/1/failures"]  # the step after the kill found it dead
     assert restart["servers/1/completions"] == kill["servers/1/completions"]  # and gave it nothing more
-    assert restart["servers/0/completions"] >= kill["servers/0/completions"] + 16  # step 3 came from server 0
+    assert restart["servers/0/completions"] >= kill["servers/0/completions"] + 16  # that step came from server 0
     assert end["servers/1/requests"] > restart["servers/1/requests"]  # it was given work again
     assert end["servers/1/completions"] > restart["servers/1/completions"]  # and answered it
     assert pool.servers[1].stats["weight_pushes"] > 0
@@ -113,9 +123,9 @@ def test_a_killed_server_s_share_goes_to_the_other_and_returns_after_its_restart
     lines = [record.getMessage() for record in caplog.records if record.name == POOL_LOGGER]
     assert any(line.startswith("vLLM server 1") and "failed" in line for line in lines)
     assert any(line.startswith("vLLM server 1") and "answers again" in line for line in lines)
-    # Every call that brought completions back came from the trained weights: server 0's at least at steps 1 to 3
-    # (alone at step 3), server 1's at least once before the kill and once after the restart (how many more depends on
-    # the rates the pool measures).
+    # Every call that brought completions back came from the trained weights: server 0's at least at the steps up to
+    # the restart (alone at the last), server 1's at least once before the kill and once after the restart (how many
+    # more depends on the rates the pool measures).
     assert len(probes[0].to_current) >= 3 and len(probes[1].to_current) >= 2
     for probe in probes:
         assert max(probe.to_current) < 1e-3
