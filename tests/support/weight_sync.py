@@ -18,9 +18,10 @@ def single_try_sync(
     source: WeightSource = parameters,
     request_timeout: float = 30.0,
     delta: bool = False,
+    write_behind: bool = False,
 ) -> ServerWeightSync:
     """The weight versions of one trainer process on the server at ``base_url``, written under ``root`` (as deltas
-    after the first with ``delta``)."""
+    after the first with ``delta``; staged versions on a thread of their own with ``write_behind``)."""
     return ServerWeightSync(
         base_url,
         session or requests.Session(),
@@ -31,4 +32,5 @@ def single_try_sync(
         backoff=lambda attempt: None,
         time_left=lambda: float("inf"),
         count=lambda stat, amount=1: None,
+        write_behind=write_behind,
     )

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from accelerate.utils import is_peft_model
 
 from maxent_grpo.serving.key_guard import KEY_VARIABLE
 from maxent_grpo.training.generation.backends import colocate_engine
@@ -133,6 +134,8 @@ def _vllm_server(trainer: Any) -> GenerationBackend:
         # TRL's walk over the model it holds (gathers ZeRO-3 / FSDP shards, merges PEFT adapters, vLLM's names).
         return generation._iter_named_params()
 
+    write_behind = disk and live_parameter_walk(trainer) and args.async_generation
+
     urls = server_urls(args)
     if len(urls) > 1:
         return VLLMServerPool(
@@ -144,6 +147,7 @@ def _vllm_server(trainer: Any) -> GenerationBackend:
             connection_timeout=args.vllm_server_timeout,
             weights_directory=weights_directory(trainer),
             weight_source=trl_parameter_walk,
+            weight_write_behind=write_behind,
             api_key=server_api_key(args),
         )
     return VLLMServerBackend(
@@ -156,8 +160,16 @@ def _vllm_server(trainer: Any) -> GenerationBackend:
         weight_transfer=None if disk else NCCLTransfer(generation),
         weights_directory=weights_directory(trainer) if disk else None,
         weight_source=trl_parameter_walk,
+        weight_write_behind=write_behind,
         api_key=server_api_key(args),
     )
+
+
+def live_parameter_walk(trainer: Any) -> bool:
+    """Whether TRL's parameter walk yields the model's live parameters, which nothing but the optimizer step changes:
+    not under DeepSpeed (its engine steps the optimizer inside the backward pass, and ZeRO-3 gathers), FSDP
+    (gathers) or PEFT (adapters merged into the weights for the walk, and unmerged after it)."""
+    return not (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled or is_peft_model(trainer.model))
 
 
 #: Backend name -> builder (see `backend_name`).

@@ -166,6 +166,12 @@ class VLLMServerBackend:
         weight_source: with ``weights_directory``, the model's tensors under vLLM's names; default
             ``model.named_parameters()``. The trainer passes TRL's parameter walk, which gathers DeepSpeed ZeRO-3 and
             FSDP shards and merges PEFT adapters.
+        weight_write_behind: with ``weights_directory``, `stage_weights` writes the files on a thread of their own,
+            behind the training step, until `finish_staged_weights` (which the trainer calls before the optimizer
+            next changes the weights); a push of that version waits for them. Only where ``weight_source`` yields
+            the model's live parameters and nothing else changes them before then: the trainer turns it on with
+            ``async_generation`` unless DeepSpeed (whose optimizer steps inside the backward pass), FSDP or PEFT
+            trains the model.
         weight_sync: a push of your own, taking no arguments, called by `sync_weights` (`CallablePush`).
         weight_transfer: a `WeightTransfer` of your own (the trainer passes `NCCLTransfer`, TRL's NCCL push, for
             ``vllm_weight_transfer="nccl"``). Without it, ``weight_sync`` or ``weights_directory`` the server keeps its
@@ -210,6 +216,7 @@ class VLLMServerBackend:
         weights_directory: str | Path | WeightDirectory | None = None,
         weight_delta: bool = False,
         weight_source: WeightSource = parameters,
+        weight_write_behind: bool = False,
         api_key: str | None = None,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
@@ -253,7 +260,12 @@ class VLLMServerBackend:
         )
         self._transport.session.headers.update(authorization_headers(api_key))
         self._weights = self._chosen_transfer(
-            weight_sync, weight_transfer, weights_directory, weight_delta=weight_delta, weight_source=weight_source
+            weight_sync,
+            weight_transfer,
+            weights_directory,
+            weight_delta=weight_delta,
+            weight_source=weight_source,
+            write_behind=weight_write_behind,
         )
         self._seeds = RequestSeeds(sampling.seed, sampling.process_index)
 
@@ -265,6 +277,7 @@ class VLLMServerBackend:
         *,
         weight_delta: bool,
         weight_source: WeightSource,
+        write_behind: bool,
     ) -> WeightTransfer:
         """The one way the weights reach the server, from the constructor's arguments (at most one of the first three
         given)."""
@@ -288,6 +301,7 @@ class VLLMServerBackend:
             count=self._count,
             cancelled=lambda: self._transport.abandoned,
             before_push=self._check_model_unchanged,
+            write_behind=write_behind,
         )
 
     # ----------------------------------------------------------------------------------------------------- public
@@ -486,6 +500,12 @@ class VLLMServerBackend:
         """Make the version `stage_weights` wrote the one the server must serve (no call of this backend may be in
         flight); without ``weights_directory``, `sync_weights` of the staged model."""
         self._weights.publish()
+
+    def finish_staged_weights(self) -> None:
+        """With ``weight_write_behind``: wait until the files `stage_weights` writes behind are written (on every
+        process, before the optimizer next changes the weights); raises `WeightsNotWritten` on every process when
+        they could not be. Nothing to do otherwise."""
+        self._weights.finish_staged()
 
     @property
     def disk_weights(self) -> ServerWeightSync | None:

@@ -301,6 +301,10 @@ class VLLMServerPool:
         self.servers[0].publish_staged_weights()
         self._adopt()
 
+    def finish_staged_weights(self) -> None:
+        """Wait for the files of the staged version written behind (`VLLMServerBackend.finish_staged_weights`)."""
+        self.servers[0].finish_staged_weights()
+
     def _adopt(self) -> None:
         version = self.servers[0].weight_version
         if version is not None:

@@ -55,6 +55,19 @@ class SupportsWeightStaging(Protocol):
 
 
 @runtime_checkable
+class SupportsWriteBehind(Protocol):
+    """A `SupportsWeightStaging` backend whose ``stage_weights(model)`` may return while it still reads ``model``'s
+    parameters: the new weights are written on a thread of their own, behind the training step.
+
+    The trainer calls ``finish_staged_weights()`` on every process before each optimizer step (and when training
+    ends); once it returns, the backend reads the model no more until the next ``stage_weights``. It raises what the
+    write raised (every process alike), and does nothing when nothing is being written.
+    """
+
+    def finish_staged_weights(self) -> None: ...
+
+
+@runtime_checkable
 class SupportsDeadline(Protocol):
     """A backend that can cut its work off at a given instant.
 
@@ -167,6 +180,7 @@ class SupportsWeightVersion(Protocol):
 CAPABILITIES: tuple[type, ...] = (
     SupportsWeightSync,
     SupportsWeightStaging,
+    SupportsWriteBehind,
     SupportsDeadline,
     SupportsStats,
     SupportsFailureReasons,

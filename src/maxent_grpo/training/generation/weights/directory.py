@@ -7,7 +7,8 @@ sees a half-written version (a rename is atomic on one file system, local or sha
 whole weights (``model-<k>.safetensors``) or, with ``delta=True`` and a version written before, only what changed
 since that one (``delta-<k>.safetensors``, `weight_delta`; a delta in which every tensor changed whole is written as
 the whole weights). `WeightDirectory.full_path` writes a delta version's whole weights beside it on demand, for a
-server that does not hold its base (a restart).
+server that does not hold its base (a restart). `WeightDirectory.write_behind` runs a write on a thread of its own
+(`wait_written` waits for it and raises what it raised), so that it overlaps training.
 
 A version is named ``<count>-<run>``. `WeightDirectory.keep_only` removes the other versions of the run (the latest
 complete one is all a restarted server needs; the caller says when no push of an older one can still be in flight)
@@ -25,8 +26,9 @@ import fcntl
 import logging
 import shutil
 import threading
+import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
 
@@ -54,6 +56,8 @@ FULL_FOLDER = "full"
 _VERSION_PREFIX = "weights-"
 _INCOMPLETE_PREFIX = f".incomplete-{_VERSION_PREFIX}"
 _LOCK_PREFIX, _LOCK_SUFFIX = ".run-", ".lock"
+#: Named tensors in the order they are written.
+NamedTensors = list[tuple[str, torch.Tensor]]
 
 
 class WeightDirectory:
@@ -81,6 +85,7 @@ class WeightDirectory:
         self._held: dict[str, IO[bytes]] = {}  # run -> its lock file, open (and locked) while this object lives
         self._lock = threading.Lock()  # the delta's host copy: written by `write`, read by `full_path`
         self._reserve = HEADER_RESERVE
+        self._behind: _BehindWrite | None = None
         if remove_at_exit:
             weakref.finalize(self, _remove_runs, self.root, self._held)
 
@@ -126,6 +131,19 @@ class WeightDirectory:
                     self.delta.version = None
             raise
         return target
+
+    def write_behind(self, version: str, named_tensors: NamedTensors) -> None:
+        """Start `write` of ``named_tensors`` as ``version`` on a thread of its own and return at once: the tensors
+        must not change until `wait_written` has returned. A write still running behind is waited for first (and
+        what it raised, raised)."""
+        self.wait_written()
+        self._behind = _BehindWrite(self.write, version, named_tensors)
+
+    def wait_written(self) -> float:
+        """Wait until the last `write_behind` has ended (from any thread); return the seconds it took (0.0 when there
+        was none). Raises what the write raised, each time it is asked, until the next `write_behind`."""
+        behind = self._behind
+        return 0.0 if behind is None else behind.wait()
 
     def _write_version(self, staging: Path, version: str, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         delta = self.delta
@@ -217,19 +235,22 @@ class WeightDirectory:
             self._reserve = length
 
     def keep_only(self, version: str) -> None:
-        """Remove every other version of ``version``'s run, and every version of runs that have ended. Best effort:
-        what cannot be removed (the directory gone, another user's lock file) is left, with one log line."""
+        """Remove every other version of ``version``'s run, and every version of runs that have ended; ``version``
+        itself stays, also while it is still being written (`write_behind`). Best effort: what cannot be removed (the
+        directory gone, another user's lock file) is left, with one log line."""
         try:
             self._remove_all_but(version)
         except OSError as error:
             logger.warning("could not remove the older weight versions in %s: %s", self.root, error)
 
     def _remove_all_but(self, version: str) -> None:
-        current, run = self.path(version), _run_of(version)
+        if not self.root.is_dir():  # a write behind has not made it yet: nothing else to remove
+            return
+        current, run = (self.path(version), self.root / f"{_INCOMPLETE_PREFIX}{version}"), _run_of(version)
         ended: dict[str, bool] = {run: False}
         for entry in self.root.iterdir():
             for prefix in (_VERSION_PREFIX, _INCOMPLETE_PREFIX):
-                if entry == current or not entry.name.startswith(prefix):
+                if entry in current or not entry.name.startswith(prefix):
                     continue
                 owner = _run_of(entry.name[len(prefix) :])
                 if owner == run or ended.setdefault(owner, self._ended(owner)):
@@ -255,6 +276,34 @@ class WeightDirectory:
         except OSError:  # the lock is held (BlockingIOError), or this user may not open it (another user's): alive
             return False
         return True
+
+
+class _BehindWrite:
+    """One `WeightDirectory.write` running on a thread of its own (a daemon: a process that exits mid-write leaves
+    its staging directory, which the next run there removes)."""
+
+    def __init__(self, write: Callable[[str, NamedTensors], Path], version: str, named_tensors: NamedTensors) -> None:
+        self.seconds = 0.0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(write, version, named_tensors), name="maxent-grpo-weight-write", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, write: Callable[[str, NamedTensors], Path], version: str, named_tensors: NamedTensors) -> None:
+        began = time.perf_counter()
+        try:
+            write(version, named_tensors)
+        except BaseException as error:  # raised where it is waited for
+            self.error = error
+        finally:
+            self.seconds = time.perf_counter() - began
+
+    def wait(self) -> float:
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.seconds
 
 
 def _remove_runs(root: Path, held: dict[str, IO[bytes]]) -> None:

@@ -2,7 +2,9 @@
 
 `ServerWeightSync.write` saves the training weights as a new version (`WeightDirectory`, written atomically): in two
 steps, `stage` (the files, while a generation call from the version before may still be in flight) and `publish`
-(the trainer's version from then on; older versions removed). Only the pushing process (rank 0) writes, every
+(the trainer's version from then on; older versions removed). With ``write_behind`` the files of a `stage` are
+written on a thread of their own, behind the training step, until `finish_staged` (before the optimizer next changes
+the weights); a push of the version waits for them. Only the pushing process (rank 0) writes, every
 process walks the parameters (gathering shards is collective under DeepSpeed ZeRO-3 and FSDP, and so is making a
 DTensor whole: a model sharded when it was loaded, as FSDP2 runs on CPU, yields its parameters as DTensors that TRL's
 walk leaves sharded). The version names the run (a token rank 0 draws and broadcasts) and the sync count, so a
@@ -34,6 +36,7 @@ Failures are of two kinds:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -127,6 +130,9 @@ class ServerWeightSync(WeightTransfer):
             sent, and a wait for another process's push ends.
         before_push: called before each push; it raises to stop the push (the server restarted serving another
             model, into which the training weights would not load).
+        write_behind: `stage` writes the files on a thread of its own and returns once it has walked the weights:
+            only where the walk yields the model's live parameters (no ZeRO-3 or FSDP gather, no PEFT merge) and
+            nothing changes them before `finish_staged`.
     """
 
     def __init__(
@@ -143,6 +149,7 @@ class ServerWeightSync(WeightTransfer):
         count: Callable[..., None],
         cancelled: Callable[[], bool] = lambda: False,
         before_push: Callable[[], None] = lambda: None,
+        write_behind: bool = False,
     ) -> None:
         self.base_url = base_url
         self.session = session
@@ -155,6 +162,11 @@ class ServerWeightSync(WeightTransfer):
         self._count = count
         self._cancelled = cancelled
         self._before_push = before_push
+        self.write_behind = write_behind
+        self._behind: str | None = None  # the version `stage` is writing behind, until `finish_staged`
+        self._walk_seconds = 0.0  # of the last `stage`'s walk (the files, when they were not written behind)
+        self._counted: str | None = None  # the last version whose write was counted
+        self._write_lock = threading.Lock()
         self.pusher = not _distributed() or torch.distributed.get_rank() == 0
         self.version: str | None = None
         self._token: str | None = None
@@ -169,18 +181,48 @@ class ServerWeightSync(WeightTransfer):
         self.push_seconds: dict[str, float] = {}
 
     def write(self, model: torch.nn.Module) -> None:
-        """Save ``model``'s weights as the next version and make it the trainer's (`stage`, then `publish`)."""
-        self.stage(model)
+        """Save ``model``'s weights as the next version and make it the trainer's (`stage`, then `publish`; never
+        behind)."""
+        self._stage(model, behind=False)
         self.publish()
 
     def stage(self, model: torch.nn.Module) -> None:
         """Save ``model``'s weights as the next version, without making it the trainer's yet (call it on every
         process: the walk may be collective). A call in flight meanwhile still generates from the version before,
-        whose files stay until `publish`.
+        whose files stay until `publish`. With ``write_behind`` the files are written on a thread of their own:
+        ``model`` must not change until `finish_staged`.
 
         Raises `WeightsNotWritten` on every process when the pusher could not write them (a full disk, a directory it
         may not write to): every process still walks all the weights, so none is left waiting in a gather.
         """
+        self._stage(model, behind=self.write_behind)
+
+    def finish_staged(self) -> None:
+        """Wait for the files `stage` writes behind (``write_behind``; nothing to do otherwise). Call it on every
+        process before the optimizer next changes the weights.
+
+        Their seconds count as ``weight_write_seconds`` once: where a push of the version first waited for them (the
+        step that pushes it logs its write), else here.
+
+        Raises `WeightsNotWritten` on every process when the pusher could not write them.
+        """
+        version, self._behind = self._behind, None
+        if version is None:
+            return
+        problem, seconds = None, self._walk_seconds
+        if self.pusher:
+            try:
+                seconds += self.directory.wait_written()
+            except Exception as error:
+                problem = self._write_problem(version, error)
+        problem = _from_pusher(problem)
+        if problem is not None:
+            self._staged = None
+            raise WeightsNotWritten(problem)
+        self._count_write(version, seconds)
+
+    def _stage(self, model: torch.nn.Module, behind: bool) -> None:
+        self.finish_staged()  # one write at a time
         if self._token is None:
             self._token = _shared_token()
         self._writes += 1
@@ -191,19 +233,35 @@ class ServerWeightSync(WeightTransfer):
             tensors = _whole(self.source(model))
             if self.pusher:
                 try:
-                    self.directory.write(version, tensors)
+                    if behind:
+                        self.directory.write_behind(version, list(tensors))
+                    else:
+                        self.directory.write(version, tensors)
                 except Exception as error:  # every process must hear of it, or the others wait in a gather
-                    problem = (
-                        f"could not write weight version {version!r} to {self.directory.root}: "
-                        f"{type(error).__name__}: {error}"
-                    )
+                    problem = self._write_problem(version, error)
             for _ in tensors:  # take part in the gathers of a sharded model (the rest of them, after a failure)
                 pass
+        self._walk_seconds = time.perf_counter() - began
+        if behind:  # its problems are heard of on every process in `finish_staged`
+            self._staged = self._behind = version
+            return
         problem = _from_pusher(problem)
         if problem is not None:
             raise WeightsNotWritten(problem)
-        self.write_seconds = time.perf_counter() - began
-        self._count("weight_write_seconds", self.write_seconds)
+        self._staged = version
+        self._count_write(version, self._walk_seconds)
+
+    def _write_problem(self, version: str, error: Exception) -> str:
+        return f"could not write weight version {version!r} to {self.directory.root}: {type(error).__name__}: {error}"
+
+    def _count_write(self, version: str, seconds: float) -> None:
+        """Count ``seconds`` as the write of ``version``, once (a push and `finish_staged` may both get there)."""
+        with self._write_lock:
+            if version == self._counted:
+                return
+            self._counted = version
+        self.write_seconds = seconds
+        self._count("weight_write_seconds", seconds)
         if self.pusher and self.directory.delta is not None and not self._told_delta_cost:
             self._told_delta_cost = True
             logger.info(
@@ -211,7 +269,6 @@ class ServerWeightSync(WeightTransfer):
                 "each worker of each vLLM server (one per tensor-parallel rank)",
                 self.directory.delta_bytes / 1e6,
             )
-        self._staged = version
 
     def publish(self) -> None:
         """Make the version `stage` wrote the trainer's: the server must serve it before it generates. Call it when
@@ -339,6 +396,13 @@ class ServerWeightSync(WeightTransfer):
             raise self._refused
         version = self.version
         assert version is not None
+        try:
+            written = self.directory.wait_written()  # the files of a version written behind (`stage`)
+        except Exception as error:  # `finish_staged` stops training on every process
+            logger.warning("weight version %r not pushed to %s: %s", version, self.base_url, error)
+            return False
+        if version == self._behind:
+            self._count_write(version, self._walk_seconds + written)
         self._before_push()
         if version in self._pushed:
             self._count("weight_resyncs")

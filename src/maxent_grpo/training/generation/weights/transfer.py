@@ -40,6 +40,10 @@ class WeightTransfer(ABC):
         if model is not None:
             self.write(model)
 
+    def finish_staged(self) -> None:
+        """Wait for what `stage` still writes behind the training step (only the disk transfer writes behind)."""
+        return None
+
     def adopt(self, version: str) -> None:
         """Take ``version``, written by another transfer of this process, as the one the server must serve."""
         raise ValueError(f"{type(self).__name__} keeps no weight versions: only the disk transfer adopts one")

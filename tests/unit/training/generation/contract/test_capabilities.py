@@ -27,6 +27,7 @@ from maxent_grpo.training.generation.contract.capabilities import (
     SupportsWeightStaging,
     SupportsWeightSync,
     SupportsWeightVersion,
+    SupportsWriteBehind,
     check_backend,
 )
 from maxent_grpo.training.generation.contract.completion_check import CompletionCheck
@@ -52,6 +53,11 @@ class WithWeightStaging(Bare):
         pass
 
     def publish_staged_weights(self):
+        pass
+
+
+class WithWriteBehind(Bare):
+    def finish_staged_weights(self):
         pass
 
 
@@ -98,6 +104,7 @@ class WithWeightVersion(Bare):
 ONE_EACH = {
     SupportsWeightSync: WithWeightSync,
     SupportsWeightStaging: WithWeightStaging,
+    SupportsWriteBehind: WithWriteBehind,
     SupportsDeadline: WithDeadline,
     SupportsStats: WithStats,
     SupportsFailureReasons: WithFailureReasons,
@@ -141,6 +148,7 @@ def test_the_built_in_backends_fit_their_capabilities(tiny_tokenizer):
         server: {
             SupportsWeightSync,
             SupportsWeightStaging,
+            SupportsWriteBehind,
             SupportsDeadline,
             SupportsStats,
             SupportsCancel,

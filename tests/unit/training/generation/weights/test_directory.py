@@ -1,12 +1,14 @@
 """`WeightDirectory` and `ServerWeightSync.write` on a real file system: versions appear whole or not at all, older
 ones of the same run go once the newer one is published (another run's stay), a memory-backed directory is emptied
 when its run ends, and a write that fails leaves nothing of its version and stops with one line after the whole
-walk."""
+walk; a write behind (`write_behind`) runs on its own thread, is spared by `keep_only` and is waited for before a
+push."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -216,3 +218,76 @@ def test_a_sync_writes_each_version_under_the_run_token(tmp_path: Path):
     assert first is not None and sync.version is not None
     assert first.split("-", 1)[1] == sync.version.split("-", 1)[1] and sync.version.startswith("2-")
     assert torch.equal(read(WeightDirectory(tmp_path).path(sync.version))["weight"], model.weight.detach())
+
+
+class HeldTensors(list):
+    """Named tensors whose walk waits until ``release`` is set: a write behind that is still running."""
+
+    def __init__(self, items, release: threading.Event) -> None:
+        super().__init__(items)
+        self.release = release
+
+    def __iter__(self):
+        assert self.release.wait(30)
+        return super().__iter__()
+
+
+def test_a_write_behind_runs_on_its_own_thread_and_keep_only_spares_it(tmp_path: Path):
+    directory = WeightDirectory(tmp_path)
+    directory.write("1-run", TENSORS.items())
+    release = threading.Event()
+    directory.write_behind("2-run", HeldTensors(TENSORS.items(), release))
+    assert not directory.path("2-run").exists()  # returned while the write waits
+    directory.keep_only("2-run")  # publishing it while it is written removes the version before, not it
+    release.set()
+    assert directory.wait_written() > 0.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run-run.lock", "weights-2-run"]
+    assert all(torch.equal(read(directory.path("2-run"))[name], tensor) for name, tensor in TENSORS.items())
+    assert directory.wait_written() > 0.0  # asked again: the same write, done
+
+
+def test_a_write_behind_that_fails_raises_where_it_is_waited_for_each_time(tmp_path: Path):
+    blocked = tmp_path / "weights"
+    blocked.write_text("a file where the directory should be")
+    directory = WeightDirectory(blocked)
+    directory.write_behind("1-run", list(TENSORS.items()))
+    for _ in range(2):
+        with pytest.raises(OSError):
+            directory.wait_written()
+    assert WeightDirectory(tmp_path / "other").wait_written() == 0.0  # none started: nothing to wait for
+
+
+def test_a_version_staged_behind_is_written_from_the_weights_at_staging_and_counted_once_finished(tmp_path: Path):
+    model = torch.nn.Linear(2, 2)
+    counted: list[tuple[str, float]] = []
+    sync = single_try_sync("http://127.0.0.1:9", tmp_path, write_behind=True)
+    sync._count = lambda stat, amount=1: counted.append((stat, amount))
+    at_staging = model.weight.detach().clone()
+    sync.stage(model)
+    sync.publish()  # the trainer's version while its files may still be written
+    assert sync.version is not None and sync.version.startswith("1-")
+    assert counted == []  # its seconds are counted once the write is waited for
+    sync.finish_staged()  # before the optimizer changes the weights
+    assert [stat for stat, _ in counted] == ["weight_write_seconds"] and sync.write_seconds > 0.0
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    assert torch.equal(read(WeightDirectory(tmp_path).path(sync.version))["weight"], at_staging)
+    sync.finish_staged()  # nothing left behind: nothing counted again
+    assert len(counted) == 1
+    sync.write(model)  # a sync of its own is never written behind
+    assert [p.name for p in tmp_path.glob("weights-*")] == [f"weights-{sync.version}"]
+    assert torch.equal(read(WeightDirectory(tmp_path).path(sync.version))["weight"], model.weight.detach())
+
+
+def test_a_version_staged_behind_that_cannot_be_written_stops_once_finished_and_is_never_pushed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    blocked = tmp_path / "weights"
+    blocked.write_text("a file where the directory should be")
+    sync = single_try_sync("http://127.0.0.1:9", blocked, write_behind=True)
+    sync.stage(torch.nn.Linear(2, 2))
+    sync.publish()
+    assert not sync.ensure()  # the push waits for the files, finds none, and sends nothing
+    assert "not pushed to http://127.0.0.1:9" in caplog.text
+    with pytest.raises(WeightsNotWritten, match="could not write weight version '1-"):
+        sync.finish_staged()
