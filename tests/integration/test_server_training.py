@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import math
 import re
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import TrainerCallback
 
 from maxent_grpo import Completion, MaxEntGRPOTrainer, SamplingSettings, VLLMServerBackend
 from maxent_grpo.training.generation.backends.selection import build_backend
+from maxent_grpo.training.generation.weights.directory import WeightDirectory
 from tests.support.stand_in_vllm.process import run_test_server, run_test_server_processes
 from tests.support.tagged_backend import TaggedBackend
 from tests.support.training import AlignedTextReward, letter_dataset, tiny_config, tiny_model_and_tokenizer
@@ -222,3 +228,65 @@ def test_every_step_that_pushes_the_weights_logs_the_seconds_of_their_write_and_
         members = trainer.generation_backend.servers
         assert stats["weight_reload_seconds"] == pytest.approx(sum(m.stats["weight_reload_seconds"] for m in members))
         assert all(m.stats["weight_reload_seconds"] > 0 for m in members)
+
+
+class WeightsAtStepEnd(TrainerCallback):
+    """The model's parameters after each optimizer step (and, as step 0, when training begins)."""
+
+    def __init__(self) -> None:
+        self.at: dict[int, dict[str, torch.Tensor]] = {}
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.at[0] = {name: p.detach().clone() for name, p in model.named_parameters()}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.at[state.global_step] = {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def test_generating_ahead_the_files_written_behind_each_step_hold_the_weights_it_staged(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    # Each write behind the step starts 0.5 s late, long after the step's forward and backward passes: an optimizer
+    # step that did not wait for it would change the weights it reads.
+    written: dict[int, tuple[bool, dict[str, torch.Tensor]]] = {}  # write count -> (behind, what the files hold)
+    original = WeightDirectory.write
+
+    def late_write(self, version, named_tensors):
+        behind = threading.current_thread() is not threading.main_thread()
+        if behind:
+            time.sleep(0.5)
+        path = original(self, version, named_tensors)
+        loaded = {name: t for shard in sorted(path.glob("*.safetensors")) for name, t in load_file(shard).items()}
+        written[int(version.split("-")[0])] = (behind, loaded)
+        return path
+
+    monkeypatch.setattr(WeightDirectory, "write", late_write)
+    model, tokenizer = tiny_model_and_tokenizer()
+    weights = WeightsAtStepEnd()
+    with run_test_server_processes({"server": ("--weight-endpoints",)}, model_dir=tiny_model_dir) as started:
+        trainer = MaxEntGRPOTrainer(
+            model=model,
+            reward_funcs=AlignedTextReward(),
+            args=tiny_config(
+                tmp_path,
+                max_steps=4,
+                use_vllm=True,
+                vllm_mode="server",
+                vllm_weight_transfer="disk",
+                vllm_server_base_url=started["server"][0],
+                vllm_weights_dir=str(tmp_path / "weights"),
+                async_generation=True,
+            ),
+            train_dataset=letter_dataset(16),
+            processing_class=tokenizer,
+            callbacks=[weights],
+        )
+        trainer.train()
+    # Write k holds the weights after k - 1 optimizer steps: behind steps 1 to 3, within the last one.
+    assert {k: behind for k, (behind, _) in written.items()} == {1: True, 2: True, 3: True, 4: False}
+    for k, (_, files) in written.items():
+        staged = weights.at[k - 1]
+        assert files.keys() <= staged.keys() and files
+        for name, tensor in files.items():
+            assert torch.equal(tensor, staged[name]), (k, name)
+    assert any(not torch.equal(weights.at[0][name], weights.at[3][name]) for name in weights.at[0])  # it trained

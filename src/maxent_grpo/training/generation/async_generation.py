@@ -153,12 +153,10 @@ class AsyncGeneration:
         window is prepared), it is not the run's ``last_window``, and the next window's inputs are known.
         ``sync_weights`` writes the current weights first (a collective where the walk is one: every process calls
         this at the same point)."""
-        if last_window:
-            return
+        upcoming = self._upcoming(last_window)
         start, size = self._window
         if after_step is not None and any(step > after_step for step in self._generation_steps(start, size)):
             return
-        upcoming = self._generation_steps(start + size, len(self._ahead))
         if not upcoming or (self._inflight is not None and self._inflight.step == upcoming[0]):
             return
         self._abandon()
@@ -175,6 +173,18 @@ class AsyncGeneration:
         )
         self._inflight = prefetch
         prefetch.thread.start()
+
+    def calls_ahead_after_window(self, last_window: bool) -> bool:
+        """Whether a call is made ahead for the window after this one: it generates, and this is not the run's
+        ``last_window``."""
+        return bool(self._upcoming(last_window))
+
+    def _upcoming(self, last_window: bool) -> list[int]:
+        """The generation steps of the next window (none after the run's ``last_window``)."""
+        if last_window:
+            return []
+        start, size = self._window
+        return self._generation_steps(start + size, len(self._ahead))
 
     def _run(self, prefetch: Prefetch) -> None:
         bounded = self.backend if isinstance(self.backend, SupportsDeadline) else None

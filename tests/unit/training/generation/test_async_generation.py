@@ -245,6 +245,24 @@ def test_nothing_is_generated_ahead_of_the_last_window_or_the_end_of_the_epoch()
     assert backend.calls == []
 
 
+@pytest.mark.parametrize(
+    ("generate_every", "last_window", "calls_ahead"),
+    [(1, False, True), (1, True, False), (2, False, False)],
+    ids=["the next window generates", "the run's last window", "the next window has no generation"],
+)
+def test_a_call_is_made_ahead_after_a_window_only_where_the_next_one_generates(
+    generate_every, last_window, calls_ahead
+):
+    backend = VersionedBackend()
+    ahead = make(backend, generate_every=generate_every)
+    iterator = iter(windows(3))
+    ahead.window_inputs(iterator, 1, 0)  # window 0 generates; window 1 does only with a generation every window
+    assert ahead.calls_ahead_after_window(last_window) == calls_ahead
+    ahead.start_next(0, lambda: None, last_window=last_window)
+    ahead.wait()
+    assert bool(backend.calls) == calls_ahead
+
+
 def test_closing_cuts_a_call_in_flight_short_and_leaves_no_thread():
     backend = VersionedBackend()
     backend.gate = threading.Event()  # never released: only the deadline close sets ends the call

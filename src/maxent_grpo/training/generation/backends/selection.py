@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from accelerate.utils import is_peft_model
+from torch.distributed.tensor import DTensor
 
 from maxent_grpo.serving.key_guard import KEY_VARIABLE
 from maxent_grpo.training.generation.backends import colocate_engine
@@ -167,9 +168,12 @@ def _vllm_server(trainer: Any) -> GenerationBackend:
 
 def live_parameter_walk(trainer: Any) -> bool:
     """Whether TRL's parameter walk yields the model's live parameters, which nothing but the optimizer step changes:
-    not under DeepSpeed (its engine steps the optimizer inside the backward pass, and ZeRO-3 gathers), FSDP
-    (gathers) or PEFT (adapters merged into the weights for the walk, and unmerged after it)."""
-    return not (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled or is_peft_model(trainer.model))
+    not under DeepSpeed (its engine steps the optimizer inside the backward pass, and ZeRO-3 gathers), FSDP or a
+    model sharded when it was loaded (DTensor parameters: the walk gathers each whole) or PEFT (adapters merged into
+    the weights for the walk, and unmerged after it)."""
+    model = trainer.model
+    sharded = any(isinstance(parameter, DTensor) for parameter in model.parameters())
+    return not (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled or sharded or is_peft_model(model))
 
 
 #: Backend name -> builder (see `backend_name`).

@@ -60,8 +60,8 @@ class SupportsWriteBehind(Protocol):
     parameters: the new weights are written on a thread of their own, behind the training step.
 
     The trainer calls ``finish_staged_weights()`` on every process before each optimizer step (and when training
-    ends); once it returns, the backend reads the model no more until the next ``stage_weights``. It raises what the
-    write raised (every process alike), and does nothing when nothing is being written.
+    ends without an error); once it returns, the backend reads the model no more until the next ``stage_weights``.
+    It raises what the write raised (every process alike), and does nothing when nothing is being written.
     """
 
     def finish_staged_weights(self) -> None: ...

@@ -139,11 +139,14 @@ class WeightDirectory:
         self.wait_written()
         self._behind = _BehindWrite(self.write, version, named_tensors)
 
-    def wait_written(self) -> float:
-        """Wait until the last `write_behind` has ended (from any thread); return the seconds it took (0.0 when there
-        was none). Raises what the write raised, each time it is asked, until the next `write_behind`."""
+    def wait_written(self, version: str | None = None, timeout: float | None = None) -> float | None:
+        """Wait until the last `write_behind` has ended, if it writes ``version`` (any version, when None); callable
+        from any thread. Returns the seconds it took; 0.0 when no such write was started; None when it still runs
+        after ``timeout`` seconds. Raises what the write raised, each time it is asked."""
         behind = self._behind
-        return 0.0 if behind is None else behind.wait()
+        if behind is None or (version is not None and behind.version != version):
+            return 0.0
+        return behind.wait(timeout)
 
     def _write_version(self, staging: Path, version: str, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         delta = self.delta
@@ -279,28 +282,31 @@ class WeightDirectory:
 
 
 class _BehindWrite:
-    """One `WeightDirectory.write` running on a thread of its own (a daemon: a process that exits mid-write leaves
-    its staging directory, which the next run there removes)."""
+    """One `WeightDirectory.write` of ``version`` running on a thread of its own (a daemon: a process that exits
+    mid-write leaves its staging directory, which the next run there removes)."""
 
     def __init__(self, write: Callable[[str, NamedTensors], Path], version: str, named_tensors: NamedTensors) -> None:
+        self.version = version
         self.seconds = 0.0
         self.error: BaseException | None = None
         self._thread = threading.Thread(
-            target=self._run, args=(write, version, named_tensors), name="maxent-grpo-weight-write", daemon=True
+            target=self._run, args=(write, named_tensors), name="maxent-grpo-weight-write", daemon=True
         )
         self._thread.start()
 
-    def _run(self, write: Callable[[str, NamedTensors], Path], version: str, named_tensors: NamedTensors) -> None:
+    def _run(self, write: Callable[[str, NamedTensors], Path], named_tensors: NamedTensors) -> None:
         began = time.perf_counter()
         try:
-            write(version, named_tensors)
+            write(self.version, named_tensors)
         except BaseException as error:  # raised where it is waited for
             self.error = error
         finally:
             self.seconds = time.perf_counter() - began
 
-    def wait(self) -> float:
-        self._thread.join()
+    def wait(self, timeout: float | None) -> float | None:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            return None
         if self.error is not None:
             raise self.error
         return self.seconds

@@ -165,6 +165,7 @@ class ServerWeightSync(WeightTransfer):
         self.write_behind = write_behind
         self._behind: str | None = None  # the version `stage` is writing behind, until `finish_staged`
         self._walk_seconds = 0.0  # of the last `stage`'s walk (the files, when they were not written behind)
+        self._behind_problem: str | None = None  # what went wrong on the pusher while a write behind was started
         self._counted: str | None = None  # the last version whose write was counted
         self._write_lock = threading.Lock()
         self.pusher = not _distributed() or torch.distributed.get_rank() == 0
@@ -209,10 +210,10 @@ class ServerWeightSync(WeightTransfer):
         version, self._behind = self._behind, None
         if version is None:
             return
-        problem, seconds = None, self._walk_seconds
-        if self.pusher:
+        problem, seconds = self._behind_problem, self._walk_seconds
+        if self.pusher and problem is None:
             try:
-                seconds += self.directory.wait_written()
+                seconds += self.directory.wait_written(version) or 0.0
             except Exception as error:
                 problem = self._write_problem(version, error)
         problem = _from_pusher(problem)
@@ -244,6 +245,7 @@ class ServerWeightSync(WeightTransfer):
         self._walk_seconds = time.perf_counter() - began
         if behind:  # its problems are heard of on every process in `finish_staged`
             self._staged = self._behind = version
+            self._behind_problem = problem
             return
         problem = _from_pusher(problem)
         if problem is not None:
@@ -384,11 +386,37 @@ class ServerWeightSync(WeightTransfer):
     def _push(self, served: str | None) -> bool:
         """Push the trainer's version (``served``: what the server said it serves, None when not asked); the seconds
         it took, every try and the backoff between them included, are added to ``weight_reload_seconds``."""
+        if not self._files_written():
+            return False
         began = time.perf_counter()
         try:
             return self._push_tries(served)
         finally:
             self._count("weight_reload_seconds", time.perf_counter() - began)
+
+    def _files_written(self) -> bool:
+        """Wait until the files of the trainer's version are written, where `stage` writes them behind (within the
+        step's time budget, while the call is not abandoned); whether they are."""
+        version = self.version
+        assert version is not None
+        while True:
+            try:
+                written = self.directory.wait_written(version, timeout=_WAIT_POLL_SECONDS)
+            except Exception as error:  # `finish_staged` stops training on every process
+                logger.warning("weight version %r not pushed to %s: %s", version, self.base_url, error)
+                return False
+            if written is not None:
+                break
+            if self._cancelled() or self._time_left() <= 0:
+                logger.warning(
+                    "weight version %r not pushed to %s: its files were still being written when the call ended",
+                    version,
+                    self.base_url,
+                )
+                return False
+        if version == self._behind:
+            self._count_write(version, self._walk_seconds + written)
+        return True
 
     def _push_tries(self, served: str | None) -> bool:
         """`_push`'s tries, up to ``max_attempts`` within the step's time budget."""
@@ -396,13 +424,6 @@ class ServerWeightSync(WeightTransfer):
             raise self._refused
         version = self.version
         assert version is not None
-        try:
-            written = self.directory.wait_written()  # the files of a version written behind (`stage`)
-        except Exception as error:  # `finish_staged` stops training on every process
-            logger.warning("weight version %r not pushed to %s: %s", version, self.base_url, error)
-            return False
-        if version == self._behind:
-            self._count_write(version, self._walk_seconds + written)
         self._before_push()
         if version in self._pushed:
             self._count("weight_resyncs")

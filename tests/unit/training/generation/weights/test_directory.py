@@ -221,13 +221,15 @@ def test_a_sync_writes_each_version_under_the_run_token(tmp_path: Path):
 
 
 class HeldTensors(list):
-    """Named tensors whose walk waits until ``release`` is set: a write behind that is still running."""
+    """Named tensors whose walk, once it has begun (``entered``), waits until ``release`` is set: a write behind that
+    is still running."""
 
     def __init__(self, items, release: threading.Event) -> None:
         super().__init__(items)
-        self.release = release
+        self.entered, self.release = threading.Event(), release
 
     def __iter__(self):
+        self.entered.set()
         assert self.release.wait(30)
         return super().__iter__()
 
@@ -236,11 +238,15 @@ def test_a_write_behind_runs_on_its_own_thread_and_keep_only_spares_it(tmp_path:
     directory = WeightDirectory(tmp_path)
     directory.write("1-run", TENSORS.items())
     release = threading.Event()
-    directory.write_behind("2-run", HeldTensors(TENSORS.items(), release))
-    assert not directory.path("2-run").exists()  # returned while the write waits
+    held = HeldTensors(TENSORS.items(), release)
+    directory.write_behind("2-run", held)
+    assert held.entered.wait(30)  # its staging directory is made: the write is under way
+    assert (tmp_path / ".incomplete-weights-2-run").is_dir() and not directory.path("2-run").exists()
+    assert directory.wait_written("2-run", timeout=0.05) is None  # still running
+    assert directory.wait_written("1-run") == 0.0  # not the version written behind: nothing to wait for
     directory.keep_only("2-run")  # publishing it while it is written removes the version before, not it
     release.set()
-    assert directory.wait_written() > 0.0
+    assert directory.wait_written("2-run") > 0.0
     assert sorted(p.name for p in tmp_path.iterdir()) == [".run-run.lock", "weights-2-run"]
     assert all(torch.equal(read(directory.path("2-run"))[name], tensor) for name, tensor in TENSORS.items())
     assert directory.wait_written() > 0.0  # asked again: the same write, done
@@ -290,4 +296,15 @@ def test_a_version_staged_behind_that_cannot_be_written_stops_once_finished_and_
     assert not sync.ensure()  # the push waits for the files, finds none, and sends nothing
     assert "not pushed to http://127.0.0.1:9" in caplog.text
     with pytest.raises(WeightsNotWritten, match="could not write weight version '1-"):
+        sync.finish_staged()
+
+
+def test_a_walk_that_fails_while_a_write_behind_is_started_stops_once_finished(tmp_path: Path):
+    def source(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+        yield "weight", model.weight
+        raise OSError("the walk broke")
+
+    sync = single_try_sync("http://127.0.0.1:9", tmp_path, source=source, write_behind=True)
+    sync.stage(torch.nn.Linear(2, 2))
+    with pytest.raises(WeightsNotWritten, match=r"could not write weight version '1-.*OSError: the walk broke"):
         sync.finish_staged()
