@@ -191,12 +191,13 @@ def main() -> None:
     summary = {arm: medians([row for run in runs[arm] for row in run]) for arm in ARMS}
     print()
     print(
-        f"{'arm':<6}{'step s':>8}{'write s':>9}{'reload s':>10}{'push / step':>13}{'main thread s':>15}{'off it':>8}"
+        f"{'arm':<6}{'step s':>8}{'write s':>9}{'reload s':>10}{'push / step':>13}{'main thread s':>15}"
+        f"{'waited s':>10}{'off it':>8}"
     )
     for arm, row in summary.items():
         print(
             f"{arm:<6}{row['step']:>8.2f}{row['write']:>9.2f}{row['reload']:>10.2f}{row['push_share']:>13.1%}"
-            f"{row['main_thread']:>15.2f}{row['off_main_thread']:>8.0%}"
+            f"{row['main_thread']:>15.2f}{row['waited']:>10.2f}{row['off_main_thread']:>8.0%}"
         )
     print(f"async step / sync step: {summary['async']['step'] / summary['sync']['step']:.3f}")
     options.output_dir.mkdir(parents=True, exist_ok=True)

@@ -132,12 +132,19 @@ class WeightDirectory:
             raise
         return target
 
-    def write_behind(self, version: str, named_tensors: NamedTensors) -> None:
+    def write_behind(self, version: str, named_tensors: NamedTensors, *, keep: str | None = None) -> None:
         """Start `write` of ``named_tensors`` as ``version`` on a thread of its own and return at once: the tensors
-        must not change until `wait_written` has returned. A write still running behind is waited for first (and
-        what it raised, raised)."""
+        must not change until `wait_written` has returned. With ``keep``, that thread first removes what
+        ``keep_only(keep)`` removes (the versions before the one in use). A write still running behind is waited for
+        first (and what it raised, raised)."""
         self.wait_written()
-        self._behind = _BehindWrite(self.write, version, named_tensors)
+
+        def write(version: str, named_tensors: NamedTensors) -> Path:
+            if keep is not None:
+                self.keep_only(keep)
+            return self.write(version, named_tensors)
+
+        self._behind = _BehindWrite(write, version, named_tensors)
 
     def wait_written(self, version: str | None = None, timeout: float | None = None) -> float | None:
         """Wait until the last `write_behind` has ended, if it writes ``version`` (any version, when None); callable

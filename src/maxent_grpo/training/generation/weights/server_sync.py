@@ -234,8 +234,8 @@ class ServerWeightSync(WeightTransfer):
             tensors = _whole(self.source(model))
             if self.pusher:
                 try:
-                    if behind:
-                        self.directory.write_behind(version, list(tensors))
+                    if behind:  # the version in use stays: a call in flight may still load it
+                        self.directory.write_behind(version, list(tensors), keep=self.version)
                     else:
                         self.directory.write(version, tensors)
                 except Exception as error:  # every process must hear of it, or the others wait in a gather
@@ -274,12 +274,13 @@ class ServerWeightSync(WeightTransfer):
 
     def publish(self) -> None:
         """Make the version `stage` wrote the trainer's: the server must serve it before it generates. Call it when
-        no call of this process is in flight (the pusher removes the older versions)."""
+        no call of this process is in flight (the pusher removes the older versions; those of a version written
+        behind, on the thread that writes the next one)."""
         version, self._staged = self._staged, None
         if version is None:
             return
         self.version = version
-        if self.pusher:
+        if self.pusher and version != self._behind:
             self.directory.keep_only(version)
 
     def adopt(self, version: str) -> None:

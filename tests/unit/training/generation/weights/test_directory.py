@@ -308,3 +308,15 @@ def test_a_walk_that_fails_while_a_write_behind_is_started_stops_once_finished(t
     sync.stage(torch.nn.Linear(2, 2))
     with pytest.raises(WeightsNotWritten, match=r"could not write weight version '1-.*OSError: the walk broke"):
         sync.finish_staged()
+
+
+def test_versions_written_behind_remove_those_before_the_one_in_use_on_their_own_thread(tmp_path: Path):
+    model = torch.nn.Linear(2, 2)
+    sync = single_try_sync("http://127.0.0.1:9", tmp_path, write_behind=True)
+    published = []
+    for _ in range(3):
+        sync.stage(model)  # a call from the version in use may still be in flight: it stays
+        sync.publish()  # publishing a version written behind removes nothing on this thread
+        sync.finish_staged()
+        published.append(sync.version)
+    assert sorted(p.name for p in tmp_path.glob("weights-*")) == sorted(f"weights-{v}" for v in published[1:])
