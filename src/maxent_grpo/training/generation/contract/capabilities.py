@@ -59,8 +59,8 @@ class SupportsWriteBehind(Protocol):
     """A `SupportsWeightStaging` backend whose ``stage_weights(model)`` may return while it still reads ``model``'s
     parameters: the new weights are written on a thread of their own, behind the training step.
 
-    The trainer calls ``finish_staged_weights()`` on every process before each optimizer step (and when training
-    ends without an error); once it returns, the backend reads the model no more until the next ``stage_weights``.
+    The trainer calls ``finish_staged_weights()`` on every process before each optimizer step and at the end of each
+    epoch; once it returns, the backend reads the model no more until the next ``stage_weights``.
     It raises what the write raised (every process alike), and does nothing when nothing is being written.
     """
 

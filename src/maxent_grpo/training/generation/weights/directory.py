@@ -132,19 +132,19 @@ class WeightDirectory:
             raise
         return target
 
-    def write_behind(self, version: str, named_tensors: NamedTensors, *, keep: str | None = None) -> None:
+    def write_behind(self, version: str, named_tensors: NamedTensors) -> None:
         """Start `write` of ``named_tensors`` as ``version`` on a thread of its own and return at once: the tensors
-        must not change until `wait_written` has returned. With ``keep``, that thread first removes what
-        ``keep_only(keep)`` removes (the versions before the one in use). A write still running behind is waited for
-        first (and what it raised, raised)."""
+        must not change until `wait_written` has returned. A write still running behind is waited for first (and
+        what it raised, raised)."""
         self.wait_written()
+        self._behind = _BehindWrite(self.write, version, named_tensors)
 
-        def write(version: str, named_tensors: NamedTensors) -> Path:
-            if keep is not None:
-                self.keep_only(keep)
-            return self.write(version, named_tensors)
-
-        self._behind = _BehindWrite(write, version, named_tensors)
+    def keep_only_once_written(self, version: str) -> None:
+        """`keep_only` ``version``: now, or on the thread that writes it behind, once it is written (nothing is
+        removed if its write fails)."""
+        behind = self._behind
+        if behind is None or behind.version != version or not behind.then(lambda: self.keep_only(version)):
+            self.keep_only(version)
 
     def wait_written(self, version: str | None = None, timeout: float | None = None) -> float | None:
         """Wait until the last `write_behind` has ended, if it writes ``version`` (any version, when None); callable
@@ -296,6 +296,9 @@ class _BehindWrite:
         self.version = version
         self.seconds = 0.0
         self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._done = False
+        self._then: Callable[[], None] | None = None
         self._thread = threading.Thread(
             target=self._run, args=(write, named_tensors), name="maxent-grpo-weight-write", daemon=True
         )
@@ -309,6 +312,18 @@ class _BehindWrite:
             self.error = error
         finally:
             self.seconds = time.perf_counter() - began
+            with self._lock:
+                self._done, then = True, self._then
+        if then is not None and self.error is None:
+            then()
+
+    def then(self, action: Callable[[], None]) -> bool:
+        """Run ``action`` on this thread once the write has succeeded; False when it has already ended."""
+        with self._lock:
+            if self._done:
+                return False
+            self._then = action
+            return True
 
     def wait(self, timeout: float | None) -> float | None:
         self._thread.join(timeout)

@@ -1,14 +1,15 @@
 """Versioned weights on a vLLM server through a shared directory (the disk transport), pushed again when it restarts.
 
 `ServerWeightSync.write` saves the training weights as a new version (`WeightDirectory`, written atomically): in two
-steps, `stage` (the files, while a generation call from the version before may still be in flight) and `publish`
-(the trainer's version from then on; older versions removed). With ``write_behind`` the files of a `stage` are
-written on a thread of their own, behind the training step, until `finish_staged` (before the optimizer next changes
-the weights); a push of the version waits for them. Only the pushing process (rank 0) writes, every
-process walks the parameters (gathering shards is collective under DeepSpeed ZeRO-3 and FSDP, and so is making a
-DTensor whole: a model sharded when it was loaded, as FSDP2 runs on CPU, yields its parameters as DTensors that TRL's
-walk leaves sharded). The version names the run (a token rank 0 draws and broadcasts) and the sync count, so a
-server shared by mistake with another run, or left over from an earlier one, never passes as holding it.
+steps, `stage` (the files, while a generation call from the version before may still be in flight) and `publish` (the
+trainer's version from then on; older versions removed, once it is written). With ``write_behind`` the files of a
+`stage` are written on a thread of their own, behind the training step, until `finish_staged` (before the optimizer
+next changes the weights); a push of the version waits for them, within the step's time budget. Only the pushing
+process (rank 0) writes, every process walks the parameters (gathering shards is collective under DeepSpeed ZeRO-3 and
+FSDP, and so is making a DTensor whole: a model sharded when it was loaded, as FSDP2 runs on CPU, yields its parameters
+as DTensors that TRL's walk leaves sharded). The version names the run (a token rank 0 draws and broadcasts) and the
+sync count, so a server shared by mistake with another run, or left over from an earlier one, never passes as holding
+it.
 
 `ServerWeightSync.ensure`, called before every generation call, makes sure the server serves the trainer's version.
 The pusher loads a version it has not pushed yet at once; otherwise it asks the server which version it serves
@@ -64,6 +65,7 @@ WeightSource = Callable[[torch.nn.Module], Iterable[tuple[str, torch.Tensor]]]
 # A version check is one small answer: it gets at most this long, whatever ``request_timeout`` allows.
 _VERSION_TIMEOUT_SECONDS = 10.0
 _WAIT_POLL_SECONDS = 0.2
+_SLOW_WRITE_SECONDS = 60.0  # a push that has waited this long for its version's files says so, once
 _REFUSED_SUFFIX = ".refused"
 _RESET_ATTEMPTS, _RESET_PAUSE_SECONDS = 5, 0.2
 _SERVER_HINT = (
@@ -234,8 +236,8 @@ class ServerWeightSync(WeightTransfer):
             tensors = _whole(self.source(model))
             if self.pusher:
                 try:
-                    if behind:  # the version in use stays: a call in flight may still load it
-                        self.directory.write_behind(version, list(tensors), keep=self.version)
+                    if behind:
+                        self.directory.write_behind(version, list(tensors))
                     else:
                         self.directory.write(version, tensors)
                 except Exception as error:  # every process must hear of it, or the others wait in a gather
@@ -274,14 +276,14 @@ class ServerWeightSync(WeightTransfer):
 
     def publish(self) -> None:
         """Make the version `stage` wrote the trainer's: the server must serve it before it generates. Call it when
-        no call of this process is in flight (the pusher removes the older versions; those of a version written
-        behind, on the thread that writes the next one)."""
+        no call of this process is in flight (the pusher removes the older versions; once it is written, for a
+        version written behind, on the thread that writes it)."""
         version, self._staged = self._staged, None
         if version is None:
             return
         self.version = version
-        if self.pusher and version != self._behind:
-            self.directory.keep_only(version)
+        if self.pusher:
+            self.directory.keep_only_once_written(version)
 
     def adopt(self, version: str) -> None:
         """Take ``version``, written into the same directory by another `ServerWeightSync` of this process, as the
@@ -400,7 +402,13 @@ class ServerWeightSync(WeightTransfer):
         step's time budget, while the call is not abandoned); whether they are."""
         version = self.version
         assert version is not None
+        began, told = time.monotonic(), False
         while True:
+            if not told and time.monotonic() - began > _SLOW_WRITE_SECONDS:
+                told = True
+                logger.warning(
+                    "weight version %r: its files are still being written after %.0f s", version, _SLOW_WRITE_SECONDS
+                )
             try:
                 written = self.directory.wait_written(version, timeout=_WAIT_POLL_SECONDS)
             except Exception as error:  # `finish_staged` stops training on every process

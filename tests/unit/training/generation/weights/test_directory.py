@@ -310,13 +310,27 @@ def test_a_walk_that_fails_while_a_write_behind_is_started_stops_once_finished(t
         sync.finish_staged()
 
 
-def test_versions_written_behind_remove_those_before_the_one_in_use_on_their_own_thread(tmp_path: Path):
+def test_a_version_written_behind_and_published_removes_the_ones_before_on_its_own_thread_once_written(
+    tmp_path: Path,
+):
     model = torch.nn.Linear(2, 2)
     sync = single_try_sync("http://127.0.0.1:9", tmp_path, write_behind=True)
-    published = []
-    for _ in range(3):
-        sync.stage(model)  # a call from the version in use may still be in flight: it stays
-        sync.publish()  # publishing a version written behind removes nothing on this thread
-        sync.finish_staged()
-        published.append(sync.version)
-    assert sorted(p.name for p in tmp_path.glob("weights-*")) == sorted(f"weights-{v}" for v in published[1:])
+    sync.write(model)
+    first = sync.version
+    entered, release = threading.Event(), threading.Event()
+    write = sync.directory.write
+
+    def held_write(version, named_tensors):  # the write behind, held until released
+        entered.set()
+        assert release.wait(30)
+        return write(version, named_tensors)
+
+    sync.directory.write = held_write
+    sync.stage(model)  # a call from the version in use may still be in flight: it stays
+    assert entered.wait(30)
+    sync.publish()  # the older versions go once the new one is written, not before
+    assert (tmp_path / f"weights-{first}").is_dir()
+    release.set()
+    sync.finish_staged()
+    assert [p.name for p in tmp_path.glob("weights-*")] == [f"weights-{sync.version}"]
+    assert sync.version != first
