@@ -290,3 +290,44 @@ def test_generating_ahead_the_files_written_behind_each_step_hold_the_weights_it
         for name, tensor in files.items():
             assert torch.equal(tensor, staged[name]), (k, name)
     assert any(not torch.equal(weights.at[0][name], weights.at[3][name]) for name in weights.at[0])  # it trained
+
+
+def test_generating_ahead_every_other_window_no_version_is_written_behind_and_every_write_is_logged(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    # num_iterations=2: a batch is trained over two windows, the second without generation. A version staged behind
+    # the first would be pushed by no call (the call ahead starts in the second, from that window's weights).
+    behind: list[bool] = []
+    original = WeightDirectory.write
+
+    def recorded_write(self, version, named_tensors):
+        behind.append(threading.current_thread() is not threading.main_thread())
+        return original(self, version, named_tensors)
+
+    monkeypatch.setattr(WeightDirectory, "write", recorded_write)
+    model, tokenizer = tiny_model_and_tokenizer()
+    with run_test_server_processes({"server": ("--weight-endpoints",)}, model_dir=tiny_model_dir) as started:
+        trainer = MaxEntGRPOTrainer(
+            model=model,
+            reward_funcs=AlignedTextReward(),
+            args=tiny_config(
+                tmp_path,
+                max_steps=4,
+                num_iterations=2,
+                max_staleness=2,
+                use_vllm=True,
+                vllm_mode="server",
+                vllm_weight_transfer="disk",
+                vllm_server_base_url=started["server"][0],
+                vllm_weights_dir=str(tmp_path / "weights"),
+                async_generation=True,
+            ),
+            train_dataset=letter_dataset(16),
+            processing_class=tokenizer,
+        )
+        trainer.train()
+    stats = trainer.generation_backend.stats
+    assert behind and not any(behind)  # every version written within its step
+    assert stats["weight_pushes"] >= 2
+    logged = [e for e in trainer.state.log_history if "generation/weight_write_seconds" in e]
+    assert sum(e["generation/weight_write_seconds"] for e in logged) == pytest.approx(stats["weight_write_seconds"])
