@@ -243,6 +243,32 @@ class WeightsAtStepEnd(TrainerCallback):
         self.at[state.global_step] = {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
+def train_async_on_one_server(tmp_path, tiny_model_dir, callbacks=(), **overrides) -> MaxEntGRPOTrainer:
+    """Four async steps of the tiny model against one stand-in server taking disk weight reloads; the trainer."""
+    model, tokenizer = tiny_model_and_tokenizer()
+    with run_test_server_processes({"server": ("--weight-endpoints",)}, model_dir=tiny_model_dir) as started:
+        trainer = MaxEntGRPOTrainer(
+            model=model,
+            reward_funcs=AlignedTextReward(),
+            args=tiny_config(
+                tmp_path,
+                max_steps=4,
+                use_vllm=True,
+                vllm_mode="server",
+                vllm_weight_transfer="disk",
+                vllm_server_base_url=started["server"][0],
+                vllm_weights_dir=str(tmp_path / "weights"),
+                async_generation=True,
+                **overrides,
+            ),
+            train_dataset=letter_dataset(16),
+            processing_class=tokenizer,
+            callbacks=list(callbacks),
+        )
+        trainer.train()
+    return trainer
+
+
 def test_generating_ahead_the_files_written_behind_each_step_hold_the_weights_it_staged(
     tmp_path, tiny_model_dir, monkeypatch
 ):
@@ -261,27 +287,8 @@ def test_generating_ahead_the_files_written_behind_each_step_hold_the_weights_it
         return path
 
     monkeypatch.setattr(WeightDirectory, "write", late_write)
-    model, tokenizer = tiny_model_and_tokenizer()
     weights = WeightsAtStepEnd()
-    with run_test_server_processes({"server": ("--weight-endpoints",)}, model_dir=tiny_model_dir) as started:
-        trainer = MaxEntGRPOTrainer(
-            model=model,
-            reward_funcs=AlignedTextReward(),
-            args=tiny_config(
-                tmp_path,
-                max_steps=4,
-                use_vllm=True,
-                vllm_mode="server",
-                vllm_weight_transfer="disk",
-                vllm_server_base_url=started["server"][0],
-                vllm_weights_dir=str(tmp_path / "weights"),
-                async_generation=True,
-            ),
-            train_dataset=letter_dataset(16),
-            processing_class=tokenizer,
-            callbacks=[weights],
-        )
-        trainer.train()
+    train_async_on_one_server(tmp_path, tiny_model_dir, callbacks=[weights])
     # Write k holds the weights after k - 1 optimizer steps: behind steps 1 to 3, within the last one.
     assert {k: behind for k, (behind, _) in written.items()} == {1: True, 2: True, 3: True, 4: False}
     for k, (_, files) in written.items():
@@ -305,27 +312,7 @@ def test_generating_ahead_every_other_window_no_version_is_written_behind_and_ev
         return original(self, version, named_tensors)
 
     monkeypatch.setattr(WeightDirectory, "write", recorded_write)
-    model, tokenizer = tiny_model_and_tokenizer()
-    with run_test_server_processes({"server": ("--weight-endpoints",)}, model_dir=tiny_model_dir) as started:
-        trainer = MaxEntGRPOTrainer(
-            model=model,
-            reward_funcs=AlignedTextReward(),
-            args=tiny_config(
-                tmp_path,
-                max_steps=4,
-                num_iterations=2,
-                max_staleness=2,
-                use_vllm=True,
-                vllm_mode="server",
-                vllm_weight_transfer="disk",
-                vllm_server_base_url=started["server"][0],
-                vllm_weights_dir=str(tmp_path / "weights"),
-                async_generation=True,
-            ),
-            train_dataset=letter_dataset(16),
-            processing_class=tokenizer,
-        )
-        trainer.train()
+    trainer = train_async_on_one_server(tmp_path, tiny_model_dir, num_iterations=2, max_staleness=2)
     stats = trainer.generation_backend.stats
     assert behind and not any(behind)  # every version written within its step
     assert stats["weight_pushes"] >= 2
