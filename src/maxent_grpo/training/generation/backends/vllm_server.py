@@ -170,8 +170,8 @@ class VLLMServerBackend:
             behind the training step, until `finish_staged_weights` (which the trainer calls before the optimizer
             next changes the weights); a push of that version waits for them. Only where ``weight_source`` yields
             the model's live parameters and nothing else changes them before then: the trainer turns it on with
-            ``async_generation`` unless DeepSpeed (whose optimizer steps inside the backward pass), FSDP or PEFT
-            trains the model.
+            ``async_generation`` unless DeepSpeed (whose optimizer steps inside the backward pass), FSDP, a model
+            sharded when it was loaded (DTensor parameters) or PEFT trains the model.
         weight_sync: a push of your own, taking no arguments, called by `sync_weights` (`CallablePush`).
         weight_transfer: a `WeightTransfer` of your own (the trainer passes `NCCLTransfer`, TRL's NCCL push, for
             ``vllm_weight_transfer="nccl"``). Without it, ``weight_sync`` or ``weights_directory`` the server keeps its

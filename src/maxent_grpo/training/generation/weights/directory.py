@@ -254,7 +254,7 @@ class WeightDirectory:
             logger.warning("could not remove the older weight versions in %s: %s", self.root, error)
 
     def _remove_all_but(self, version: str) -> None:
-        if not self.root.is_dir():  # a write behind has not made it yet: nothing else to remove
+        if not self.root.is_dir():  # nothing written there yet (or the directory is gone): nothing to remove
             return
         current, run = (self.path(version), self.root / f"{_INCOMPLETE_PREFIX}{version}"), _run_of(version)
         ended: dict[str, bool] = {run: False}
